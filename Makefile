@@ -1,0 +1,51 @@
+# Two commands set everything up: `make quickstart` and `make test`.
+# Both create .venv on first use. torch is installed first, on its own, so that the CPU
+# build is the default; a GPU user installs a CUDA build of torch into .venv beforehand
+# (see README: "GPU install") and the Makefile keeps it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+
+.PHONY: quickstart test test-fast lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.torch: | $(BIN)/python
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH)
+	@touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
+	$(PIP) install -q -e .
+	@touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
+	$(PIP) install -q -e '.[dev]'
+	@touch $@ $(VENV)/.installed
+
+quickstart: $(VENV)/.installed
+	$(BIN)/axiom-rl quickstart
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(VENV)/.installed-dev
+	$(PIP) install -q -e '.[bench]'
+	$(BIN)/python benchmarks/verify_throughput.py
+	$(BIN)/python benchmarks/grpo_step.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache runs

@@ -1,0 +1,22 @@
+"""Errors that are the user's to fix.
+
+A `UserError` reaches the CLI as one line on stderr and exit code 2 (DESIGN.md: "Exit 0 on
+success, 2 on a user error, 1 on an internal error"). Anything else is a bug of ours: exit 1
+with a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class UserError(Exception):
+    """A mistake in the user's input: unknown name, value out of range, unreadable file."""
+
+
+def choose(kind: str, name: str, allowed: Iterable[str]) -> str:
+    """Return `name` if it is one of `allowed`, else raise a UserError listing what exists."""
+    allowed = sorted(allowed)
+    if name not in allowed:
+        raise UserError(f"unknown {kind} {name!r}; choose from: {', '.join(allowed)}")
+    return name

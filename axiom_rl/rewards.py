@@ -1,0 +1,143 @@
+"""Rewards: pure functions of (problem, completion, verdict) -> float, and a weighted composite.
+
+Every reward reuses the verifier's judgement (the Verdict, or for Countdown the same answer
+analysis the verifier used), so there is one notion of "correct" in the whole system. A composite
+reports every component, not only the weighted sum, so training logs show which part moved.
+
+    code_execution   1.0 if every test passes, else partial_scale * passed/total (the seeds: 0.5)
+    binary           1.0 if every test passes, else 0.0
+    countdown        1.0 correct, 0.1 answer tags present but wrong, 0.0 no answer (the seeds)
+    countdown_graduated  1.0 correct; 0.7 uses exactly the given numbers but misses the target;
+                     0.5 a valid expression over some of the numbers (each at most once);
+                     0.3 any valid arithmetic expression; 0.1 tags but no expression; 0.0 none
+    format           1.0 if the completion has the task's answer format (a fenced function that
+                     defines the entry point; <answer> tags), else 0.0
+    length_penalty   base * (0.8 + 0.2 * min(1, target_chars / len(completion))), the seeds'
+                     brevity factor over another reward (`base`, default code_execution)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UserError
+from .types import PASSED, Problem, Verdict
+
+RewardFn = Callable[..., float]
+REWARDS: dict[str, RewardFn] = {}
+
+
+def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
+    def deco(fn: RewardFn) -> RewardFn:
+        REWARDS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_reward("code_execution")
+def code_execution(
+    problem: Problem, completion: str, verdict: Verdict, full: float = 1.0, partial_scale: float = 0.5
+) -> float:
+    if verdict.status == PASSED:
+        return full
+    return partial_scale * verdict.fraction
+
+
+@register_reward("binary")
+def binary(problem: Problem, completion: str, verdict: Verdict) -> float:
+    return 1.0 if verdict.status == PASSED else 0.0
+
+
+def _countdown_answer(problem: Problem, completion: str) -> Any:
+    from .tasks.countdown import analyse
+
+    m = problem.metadata
+    if "numbers" not in m or "target" not in m:
+        raise UserError(f"reward 'countdown' needs a Countdown problem, got task {problem.task!r}")
+    return analyse(list(m["numbers"]), int(m["target"]), completion)
+
+
+@register_reward("countdown")
+def countdown(problem: Problem, completion: str, verdict: Verdict, format_score: float = 0.1) -> float:
+    a = _countdown_answer(problem, completion)
+    if a.correct:
+        return 1.0
+    return format_score if a.has_answer else 0.0
+
+
+@register_reward("countdown_graduated")
+def countdown_graduated(problem: Problem, completion: str, verdict: Verdict) -> float:
+    a = _countdown_answer(problem, completion)
+    if a.correct:
+        return 1.0
+    if not a.has_answer:
+        return 0.0
+    if not a.parsed:
+        return 0.1
+    if a.numbers_exact:
+        return 0.7
+    if a.numbers_subset:
+        return 0.5
+    return 0.3
+
+
+@register_reward("format")
+def format_reward(problem: Problem, completion: str, verdict: Verdict) -> float:
+    from .tasks import get_task
+
+    return 1.0 if get_task(problem.task).follows_format(problem, completion) else 0.0
+
+
+@register_reward("length_penalty")
+def length_penalty(
+    problem: Problem, completion: str, verdict: Verdict, base: str = "code_execution", target_chars: int = 200
+) -> float:
+    if base == "length_penalty" or base not in REWARDS:
+        raise UserError(
+            f"length_penalty: base must be another reward; choose from: {', '.join(sorted(REWARDS))}"
+        )
+    value = REWARDS[base](problem, completion, verdict)
+    return value * (0.8 + 0.2 * min(1.0, target_chars / max(1, len(completion))))
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """One weighted component of a composite reward."""
+
+    name: str
+    weight: float = 1.0
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def parse_reward_specs(text: str | None) -> list[RewardSpec] | None:
+    """'code_execution:1.0,format:0.1' -> specs; None or 'auto' -> None (each task's default)."""
+    if text is None or text.strip() in ("", "auto"):
+        return None
+    specs = []
+    for part in text.split(","):
+        name, _, weight = part.strip().partition(":")
+        if name not in REWARDS:
+            raise UserError(f"unknown reward {name!r}; choose from: auto, {', '.join(sorted(REWARDS))}")
+        try:
+            specs.append(RewardSpec(name, float(weight) if weight else 1.0))
+        except ValueError:
+            raise UserError(f"reward weight must be a number, got {weight!r} in {part!r}") from None
+    return specs
+
+
+def compute_reward(
+    problem: Problem, completion: str, verdict: Verdict, specs: Sequence[RewardSpec] | None = None
+) -> tuple[float, dict[str, float]]:
+    """(weighted sum, every component's unweighted value). `specs=None`: the task's default."""
+    if specs is None:
+        from .tasks import get_task
+
+        specs = [RewardSpec(get_task(problem.task).default_reward)]
+    components = {
+        s.name: float(REWARDS[s.name](problem, completion, verdict, **dict(s.params))) for s in specs
+    }
+    total = sum(s.weight * components[s.name] for s in specs)
+    return total, components

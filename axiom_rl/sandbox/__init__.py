@@ -1,0 +1,50 @@
+"""The sandbox: the only part of axiom-rl that starts processes. Its security policy.
+
+Model-written code is untrusted. It runs in a separate process, forked from a pre-started
+server (server.py) so a verification does not pay interpreter start-up, and it can only hand
+back *plain data*; every judgement is made outside it.
+
+What is covered (tests/test_sandbox.py checks each item adversarially):
+- Isolation, when the kernel allows namespaces (always as root; without root, through an
+  unprivileged user namespace): fresh pid, network, mount and IPC namespaces per submission.
+  No network (only a downed loopback). It sees only its own processes, as init of its pid
+  namespace, so killing it at the end kills everything it started, daemons that called setsid
+  included. /tmp, /var/tmp, /dev/shm and /run/lock are private tmpfs mounts that vanish with it.
+- Identity: started as root, each worker slot runs submissions as a uid of its own (61000+slot),
+  so a submission can neither write the parent's files, nor signal other processes, nor exceed
+  its process limit through another slot. Directories others cannot enter (pyenv under /root)
+  are covered by an empty tmpfs with the interpreter bound back read-only. no_new_privs is set;
+  the process is not dumpable (no ptrace, no /proc/<pid>/mem).
+- Limits: CPU time per test call (a timer) and per submission (RLIMIT_CPU, kernel-enforced);
+  wall-clock limits `wall_factor` times those, for code that sleeps or blocks; address space
+  (RLIMIT_AS); processes (RLIMIT_NPROC); file size and tmpfs size; output volume (beyond
+  `output_bytes` the submission is killed); the size of the results it sends back.
+- A scrubbed environment: no variable of the parent leaks in (HOME is the private /tmp).
+- Results: the candidate returns values; only plain data (None, bool, int, float, str, bytes,
+  list, tuple, dict, set, frozenset) crosses back, subclasses converted to their base type by
+  the base type's own methods, so an `__eq__` that is always True never reaches a comparison.
+  Expected values never enter the sandbox: comparison (and checkers) run in the trusted parent.
+- Assert-style tests (HumanEval `check(candidate)`, MBPP asserts) run in a separate *judge*
+  process (its own uid and namespaces); the candidate is an RPC stub there. Nothing the
+  candidate prints, writes to a descriptor, or does to its own process (sys.exit, os._exit,
+  signals) can produce a pass: the pass count comes from the judge after the tests ran.
+- A submission that dies before reporting (exit, signal, kill) has failed the tests it did
+  not report. One stuck submission costs its own limits on one worker, never the pool.
+
+What is not covered:
+- The kernel is shared: a kernel exploit escapes. There is no seccomp filter.
+- The file system is readable wherever it is world-readable (outside /root-style directories):
+  do not keep secrets, or problem files with expected outputs, in world-readable places on a
+  machine where you verify untrusted code. Generated problems live in memory only.
+- CPU and memory bandwidth are shared: a submission can slow others down (never past their
+  wall-clock limits, which are generous for that reason).
+- Without namespaces (the kernel refuses them), isolation is weaker, and `Sandbox.isolation`
+  says so: rlimits, a private directory, and Python audit hooks that refuse sockets,
+  subprocesses and ctypes, which native code can get around.
+- Test code itself (HumanEval's `check`, MBPP's asserts) is trusted input: it runs in the
+  judge with the same limits, but is not defended against.
+"""
+
+from .pool import DEFAULT_LIMITS, Limits, RunResult, Sandbox, SandboxError, decode_value, default_sandbox
+
+__all__ = ["DEFAULT_LIMITS", "Limits", "RunResult", "Sandbox", "SandboxError", "decode_value", "default_sandbox"]

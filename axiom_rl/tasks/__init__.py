@@ -1,0 +1,27 @@
+"""The problem library: a registry of tasks, each a small plugin (see tasks/base.py).
+
+Importing this package registers every built-in task.
+"""
+
+from __future__ import annotations
+
+from . import countdown, importers  # noqa: F401  (registers)
+from .base import PROMPT_STYLES, CodeTask, Task
+from .code import backtracking, basics, dp, graphs, strings  # noqa: F401  (registers)
+from .generate import SPLITS, generate_mixed, generate_problems, split_of
+from .registry import TASKS, get_task, parse_task_list, register_task, task_names
+
+__all__ = [
+    "PROMPT_STYLES",
+    "SPLITS",
+    "TASKS",
+    "CodeTask",
+    "Task",
+    "generate_mixed",
+    "generate_problems",
+    "get_task",
+    "parse_task_list",
+    "register_task",
+    "split_of",
+    "task_names",
+]

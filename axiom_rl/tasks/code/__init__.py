@@ -1,0 +1,1 @@
+"""Algorithmic code tasks, one module per family."""

@@ -1,0 +1,256 @@
+"""Countdown: combine the given numbers with + - * / to hit a target.
+
+Every generated puzzle is solvable: the generator first builds a random expression over the
+numbers and takes its value as the target, and that expression is the reference solution.
+`solve()` is an exhaustive solver (used by tests and tools, fast up to 5 numbers).
+
+Answers are read from <answer>...</answer> (the seeds' <think>/<answer> format) and parsed
+with an AST whitelist -- integer literals, + - * /, parentheses -- then evaluated with exact
+fractions. Nothing is ever eval'd. Every given number must be used exactly once.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import combinations
+from typing import Any
+
+from ..types import FORMAT_ERROR, PASSED, RUNTIME_ERROR, SYNTAX_ERROR, WRONG_ANSWER, Problem, Verdict
+from .base import Task
+from .registry import register_task
+
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
+MAX_ANSWER_CHARS = 200  # longer answers are not arithmetic over six numbers; refuse to parse them
+MAX_LITERAL = 10**6
+
+FULL_PROMPT = (
+    "Using the numbers {numbers}, create an equation that equals {target}. You can use basic "
+    "arithmetic operations (+, -, *, /) and each number can only be used once. Show your work in "
+    "<think> </think> tags. And return the final answer in <answer> </answer> tags, for example "
+    "<answer> (1 + 2) / 3 </answer>."
+)
+FULL_PREFIX = "Let me solve this step by step.\n<think>"
+COMPACT_PREFIX = "<answer>"
+
+
+def difficulty_params(difficulty: int) -> tuple[int, int, int]:
+    """(how many numbers, largest number, largest target) for a difficulty 1-10."""
+    count = 3 + (difficulty - 1) // 3  # 3,3,3,4,4,4,5,5,5,6
+    max_number = (20, 20, 30, 25, 40, 60, 50, 75, 100, 100)[difficulty - 1]
+    max_target = (100, 100, 200, 200, 300, 500, 500, 750, 1000, 1000)[difficulty - 1]
+    return count, max_number, max_target
+
+
+def _wrap(text: str, prec: int, parent: str, right: bool) -> str:
+    p = _PRECEDENCE[parent]
+    needs = prec < p or (right and prec == p and parent in "-/")
+    return f"({text})" if needs else text
+
+
+def random_expression(rng: random.Random, numbers: list[int]) -> tuple[Fraction, str]:
+    """Combine all `numbers` in a random order and tree shape; returns (value, text)."""
+    pool: list[tuple[Fraction, str, int]] = [(Fraction(n), str(n), 3) for n in numbers]
+    while len(pool) > 1:
+        i, j = rng.sample(range(len(pool)), 2)
+        (a, ta, pa), (b, tb, pb) = pool[i], pool[j]
+        ops = ["+", "-", "*"] + (["/"] if b != 0 and (a / b).denominator == 1 else [])
+        op = rng.choice(ops)
+        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op]
+        text = f"{_wrap(ta, pa, op, False)} {op} {_wrap(tb, pb, op, True)}"
+        pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [(value, text, _PRECEDENCE[op])]
+    return pool[0][0], pool[0][1]
+
+
+def solve(numbers: list[int], target: int) -> str | None:
+    """An expression using every number exactly once that equals `target`, or None.
+
+    Exhaustive search over pairwise combinations with memoisation on the multiset of values.
+    """
+    target_f = Fraction(target)
+    dead: set[tuple[Fraction, ...]] = set()
+
+    def search(items: list[tuple[Fraction, str]]) -> str | None:
+        if len(items) == 1:
+            return items[0][1] if items[0][0] == target_f else None
+        key = tuple(sorted(v for v, _ in items))
+        if key in dead:
+            return None
+        for i, j in combinations(range(len(items)), 2):
+            rest = [items[k] for k in range(len(items)) if k not in (i, j)]
+            (a, ta), (b, tb) = items[i], items[j]
+            candidates = [(a + b, f"({ta} + {tb})"), (a * b, f"({ta} * {tb})"), (a - b, f"({ta} - {tb})")]
+            candidates.append((b - a, f"({tb} - {ta})"))
+            if b != 0:
+                candidates.append((a / b, f"({ta} / {tb})"))
+            if a != 0:
+                candidates.append((b / a, f"({tb} / {ta})"))
+            for value, text in candidates:
+                found = search([*rest, (value, text)])
+                if found is not None:
+                    return found
+        dead.add(key)
+        return None
+
+    found = search([(Fraction(n), str(n)) for n in numbers])
+    if found is not None and found.startswith("(") and found.endswith(")"):
+        found = found[1:-1]
+    return found
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What an answer amounts to. Every reward for Countdown is computed from this."""
+
+    has_answer: bool  # an <answer> section was found
+    parsed: bool = False  # it is an arithmetic expression of the allowed form
+    numbers_exact: bool = False  # it uses each given number exactly once, and no other
+    numbers_subset: bool = False  # it uses only given numbers, each at most once
+    value: Fraction | None = None  # None when it does not evaluate (division by zero)
+    correct: bool = False
+    error: str = ""
+
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def extract_answer(completion: str) -> str | None:
+    """The last <answer>...</answer> body. If the prompt opened the tag (the completion has a
+    closing tag but no opening one), the text before the first </answer>. Else None."""
+    found = _ANSWER_RE.findall(completion)
+    if found:
+        return found[-1].strip()
+    if "</answer>" in completion and "<answer>" not in completion:
+        return completion.split("</answer>", 1)[0].strip()
+    return None
+
+
+class _Parse(Exception):
+    pass
+
+
+def _evaluate(node: ast.AST, literals: list[int]) -> Fraction | None:
+    """Exact value of a whitelisted expression, None on division by zero anywhere in it."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        if node.value > MAX_LITERAL:
+            raise _Parse("number too large")
+        literals.append(node.value)
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left = _evaluate(node.left, literals)
+        right = _evaluate(node.right, literals)
+        if left is None or right is None:
+            return None
+        op = _OPS[type(node.op)]
+        if op == "/":
+            return None if right == 0 else left / right
+        return {"+": left + right, "-": left - right, "*": left * right}[op]
+    raise _Parse(f"{type(node).__name__} is not allowed (only integers, + - * / and parentheses)")
+
+
+def analyse(numbers: list[int], target: int, completion: str) -> Answer:
+    text = extract_answer(completion)
+    if text is None:
+        return Answer(has_answer=False, error="no <answer>...</answer> found")
+    # "expr = target" is common; the part after '=' is ignored if it is just a number.
+    text = re.sub(r"=\s*-?\d+\s*$", "", text).strip()
+    if not text or len(text) > MAX_ANSWER_CHARS:
+        return Answer(has_answer=True, error="empty or overlong answer")
+    try:
+        tree = ast.parse(text, mode="eval")
+        literals: list[int] = []
+        value = _evaluate(tree.body, literals)
+    except (SyntaxError, ValueError, _Parse, RecursionError, MemoryError) as e:
+        return Answer(has_answer=True, error=f"not an arithmetic expression: {e}")
+    exact = sorted(literals) == sorted(numbers)
+    pool = list(numbers)
+    subset = True
+    for n in literals:
+        if n in pool:
+            pool.remove(n)
+        else:
+            subset = False
+    correct = exact and value is not None and value == target
+    error = "" if correct else ("division by zero" if value is None else "")
+    return Answer(True, True, exact, subset, value, correct, error)
+
+
+@register_task
+class Countdown(Task):
+    name = "countdown"
+    category = "arithmetic"
+    description = "Reach a target with + - * / using each given number once (3 numbers, up to 6)."
+    stop_strings = ("</answer>",)
+    default_reward = "countdown"
+
+    def follows_format(self, problem: Problem, completion: str) -> bool:
+        return extract_answer(completion) is not None
+
+    def generate(self, rng: random.Random, difficulty: int) -> Problem:
+        count, max_number, max_target = difficulty_params(difficulty)
+        while True:
+            numbers = [rng.randint(1, max_number) for _ in range(count)]
+            value, expression = random_expression(rng, numbers)
+            if value.denominator == 1 and 1 <= value <= max_target:
+                break
+        target = int(value)
+        return Problem(
+            id=f"countdown-d{difficulty}",
+            task=self.name,
+            difficulty=difficulty,
+            prompt=FULL_PROMPT.format(numbers=numbers, target=target),
+            reference_solution=expression,
+            metadata={"numbers": numbers, "target": target},
+        )
+
+    def render(self, problem: Problem, style: str = "full") -> str:
+        if style == "compact":
+            m = problem.metadata
+            return f"{' '.join(str(n) for n in m['numbers'])} -> {m['target']}\n"
+        return problem.prompt
+
+    def response_prefix(self, problem: Problem, style: str = "full") -> str:
+        return COMPACT_PREFIX if style == "compact" else FULL_PREFIX
+
+    def content_key(self, problem: Problem) -> str:
+        # The same numbers in another order are the same puzzle.
+        m = problem.metadata
+        return f"{sorted(m['numbers'])}->{m['target']}"
+
+    def reference_completion(self, problem: Problem, style: str = "full") -> str:
+        """A completion that scores 1.0, continuing `response_prefix` (used for SFT)."""
+        if style == "compact":
+            return f"{problem.reference_solution}</answer>"
+        m = problem.metadata
+        return (
+            f" I need to combine {m['numbers']} to make {m['target']}.</think>\n"
+            f"<answer> {problem.reference_solution} </answer>"
+        )
+
+    def analyse(self, problem: Problem, completion: str) -> Answer:
+        m: dict[str, Any] = dict(problem.metadata)
+        return analyse(list(m["numbers"]), int(m["target"]), completion)
+
+    def score(self, problem: Problem, completion: str, sandbox: Any = None, limits: Any = None) -> Verdict:
+        a = self.analyse(problem, completion)
+        if a.correct:
+            return Verdict(PASSED, 1, 1)
+        if not a.has_answer:
+            status = FORMAT_ERROR
+        elif not a.parsed:
+            status = SYNTAX_ERROR
+        elif a.value is None:
+            status = RUNTIME_ERROR
+        else:
+            status = WRONG_ANSWER
+        detail = a.error
+        if a.parsed and a.value is not None:
+            uses = (
+                "uses each number once" if a.numbers_exact else "does not use each given number exactly once"
+            )
+            detail = f"evaluates to {a.value}, {uses}"
+        return Verdict(status, 0, 1, detail=detail)

@@ -1,0 +1,46 @@
+"""The task registry: `@register_task` on a Task subclass makes it available by name."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from ..errors import UserError
+from .base import Task
+
+TASKS: dict[str, type[Task]] = {}
+
+T = TypeVar("T", bound=type[Task])
+
+
+def register_task(cls: T) -> T:
+    name = cls.name
+    if name in TASKS and TASKS[name] is not cls:
+        raise ValueError(f"task name {name!r} is registered twice")
+    TASKS[name] = cls
+    return cls
+
+
+def task_names(generatable: bool | None = None) -> list[str]:
+    """Sorted task names; `generatable=True` keeps only tasks with a problem generator."""
+    return sorted(n for n, c in TASKS.items() if generatable is None or c.generatable == generatable)
+
+
+def get_task(name: str, **options: Any) -> Task:
+    try:
+        cls = TASKS[name]
+    except KeyError:
+        raise UserError(f"unknown task {name!r}; choose from: {', '.join(task_names())}") from None
+    return cls(**options) if options else cls()
+
+
+def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: bool = True) -> list[str]:
+    """'a,b' or ['a', 'b'] -> ['a', 'b'], each checked against the registry."""
+    parts = spec.split(",") if isinstance(spec, str) else [p for s in spec for p in s.split(",")]
+    names = [p.strip() for p in parts if p.strip()]
+    if not names:
+        raise UserError("no task given")
+    allowed = task_names(generatable=True if generatable else None)
+    for n in names:
+        if n not in allowed:
+            raise UserError(f"unknown task {n!r}; choose from: {', '.join(allowed)}")
+    return list(dict.fromkeys(names))

@@ -1,0 +1,293 @@
+"""From a completion to a Verdict: extract the code, run it in the sandbox, compare in the parent.
+
+`extract_code` finds the program in raw model text; `score_code` runs it against a problem's
+hidden tests (or its assert-style test code) and judges the results here, in the trusted process:
+expected outputs never enter the sandbox. `verify_many` scores a batch with one thread per
+sandbox worker. Tasks call `score_code` from their `score` method (tasks/base.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .sandbox import Limits, RunResult, Sandbox, decode_value, default_sandbox
+from .tasks.checkers import run_checker
+from .types import (
+    INTERNAL_ERROR,
+    MEMORY_LIMIT,
+    NO_CODE,
+    PASSED,
+    RUNTIME_ERROR,
+    SYNTAX_ERROR,
+    TIMEOUT,
+    WRONG_ANSWER,
+    Problem,
+    TestResult,
+    Verdict,
+)
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_CODE_LANGS = {"", "python", "py", "python3", "py3"}
+_CODE_START = re.compile(r"^(def |async def |class |import |from |@)", re.MULTILINE)
+DETAIL_CHARS = 300
+
+
+def strip_thinking(text: str) -> str:
+    """Drop <think>...</think> sections, and everything up to a closing tag the prompt opened."""
+    text = _THINK.sub("", text)
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    return text
+
+
+def extract_code(completion: str, entry_point: str | None = None) -> str | None:
+    """The program in a completion, or None when there is none.
+
+    Fenced blocks first (```python, ```py or bare ```; an unterminated last fence runs to the
+    end): the last block defining `entry_point`, else the last code block. Without fences: the
+    whole text if it parses as Python, else the text from its first line that starts Python code
+    (def, class, import, from, @) to the end.
+    """
+    text = strip_thinking(completion)
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    code_blocks = [body for lang, body in blocks if lang in _CODE_LANGS and body.strip()]
+    if code_blocks:
+        if entry_point:
+            defining = [b for b in code_blocks if _defines(b, entry_point)]
+            if defining:
+                return defining[-1]
+        return code_blocks[-1]
+    if blocks:  # only non-Python fences (```text ...): no code
+        return None
+    if _parses(text) and _CODE_START.search(text):
+        return text  # bare code, module-level constants and all
+    m = _CODE_START.search(text)
+    return text[m.start() :] if m else None
+
+
+# Completions are parsed here only to locate code; their warnings (invalid escapes...) are not ours.
+for _category in (SyntaxWarning, DeprecationWarning):
+    warnings.filterwarnings("ignore", category=_category, module=re.escape("<completion>"))
+
+
+def _parses(text: str) -> bool:
+    # Parsing (not running) untrusted text is safe here: the parser bounds nesting itself.
+    try:
+        ast.parse(text, filename="<completion>")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def has_fenced_function(completion: str, entry_point: str | None) -> bool:
+    """A fenced Python block (outside <think>) that defines `entry_point` (any block if None)."""
+    text = strip_thinking(completion)
+    for lang, body in _FENCE.findall(text):
+        if lang.lower() in _CODE_LANGS and (entry_point is None or _defines(body, entry_point)):
+            return True
+    return False
+
+
+def _defines(code: str, entry_point: str) -> bool:
+    return re.search(rf"^\s*(async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
+
+
+def build_program(problem: Problem, completion: str) -> str | None:
+    """The program to run for `completion`, or None if it holds no code.
+
+    Problems imported with a `prelude` (HumanEval's prompt: imports, helpers, the stub of the
+    function) get it prepended, so helpers defined there are available. A completion that does
+    not define the entry point is read as the body that continues the prelude (the HumanEval
+    convention for raw completions).
+    """
+    prelude = str(problem.metadata.get("prelude") or "")
+    code = extract_code(completion, problem.entry_point)
+    ep = problem.entry_point or ""
+    if prelude and (code is None or not _defines(code, ep)):
+        body = code if code is not None else completion
+        if not body.strip():
+            return None
+        return prelude + body
+    if code is None:
+        return None
+    return f"{prelude}\n{code}" if prelude else code
+
+
+def score_code(
+    problem: Problem, completion: str, sandbox: Sandbox | None = None, limits: Limits | None = None
+) -> Verdict:
+    """Run `completion` against `problem`'s tests in the sandbox; judge the results here."""
+    sandbox = sandbox or default_sandbox()
+    program = build_program(problem, completion)
+    if program is None:
+        return Verdict(NO_CODE, 0, _total(problem), detail="no code found in the completion")
+    if problem.test_code:
+        run = sandbox.run_tests(
+            program,
+            problem.entry_point or "",
+            problem.test_code,
+            str(problem.metadata.get("judge_prelude") or ""),
+            limits,
+        )
+        return _judge_assert_run(run)
+    if problem.tests is None or problem.entry_point is None:
+        return Verdict(INTERNAL_ERROR, detail=f"problem {problem.id} has neither tests nor test code")
+    run = sandbox.run_calls(program, problem.entry_point, [list(t.args) for t in problem.tests], limits)
+    return _judge_io_run(problem, run)
+
+
+def _total(problem: Problem) -> int:
+    return len(problem.tests) if problem.tests else 1
+
+
+_LOAD_STATUS = {"syntax_error": SYNTAX_ERROR, "timeout": TIMEOUT, "memory_limit": MEMORY_LIMIT}
+_KIND_STATUS = {"timeout": TIMEOUT, "memory_limit": MEMORY_LIMIT, "runtime_error": RUNTIME_ERROR}
+
+
+def _death(run: RunResult) -> tuple[str, str]:
+    """Why a candidate stopped before reporting everything: (status, detail)."""
+    sig = (run.exit or {}).get("signal")
+    if run.reason == "timeout" or sig == 24:  # 24 = SIGXCPU: RLIMIT_CPU reached
+        return TIMEOUT, "time limit exceeded"
+    if run.reason == "output_limit":
+        return RUNTIME_ERROR, "output limit exceeded"
+    if run.reason in ("result_limit", "protocol"):
+        return RUNTIME_ERROR, "results too large or malformed"
+    if sig == 25:  # SIGXFSZ
+        return RUNTIME_ERROR, "file size limit exceeded"
+    if sig == 9:
+        return MEMORY_LIMIT, "killed (out of memory)"
+    if sig is not None:
+        return RUNTIME_ERROR, f"killed by signal {sig}"
+    return RUNTIME_ERROR, "exited before finishing the tests"
+
+
+def _judge_io_run(problem: Problem, run: RunResult) -> Verdict:
+    tests = problem.tests or ()
+    total = len(tests)
+    if run.internal_error:
+        return Verdict(INTERNAL_ERROR, 0, total, run.wall_s, run.internal_error)
+    messages = [m for m in run.messages if isinstance(m, dict)]
+    load = messages[0] if messages else None
+    if load is None or "load" not in load:
+        status, why = _death(run)
+        return Verdict(status, 0, total, run.wall_s, why)
+    if load["load"] != "ok":
+        status = _LOAD_STATUS.get(load["load"], RUNTIME_ERROR)
+        return Verdict(status, 0, total, run.wall_s, str(load.get("error", ""))[:DETAIL_CHARS])
+    by_index: dict[int, dict[str, Any]] = {}
+    for m in messages[1:]:
+        i = m.get("i")
+        if isinstance(i, int) and 0 <= i < total and i not in by_index:
+            by_index[i] = m
+    results: list[TestResult] = []
+    first_failure: tuple[str, str] | None = None
+    for i, test in enumerate(tests):
+        m = by_index.get(i)
+        if m is None:
+            status, why = _death(run)
+            ok, detail = False, why
+        elif m.get("ok"):
+            try:
+                value = decode_value(m.get("value"))
+            except ValueError as e:
+                ok, detail, status = False, str(e), RUNTIME_ERROR
+            else:
+                ok, why = run_checker(problem.checker, list(test.args), test.expected, value)
+                status, detail = WRONG_ANSWER, "" if ok else f"{why}; got {_short(value)}"
+        else:
+            ok, status = False, _KIND_STATUS.get(str(m.get("kind")), RUNTIME_ERROR)
+            detail = str(m.get("error", ""))
+        results.append(TestResult(ok, detail[:DETAIL_CHARS]))
+        if not ok and first_failure is None:
+            first_failure = (status, f"test {i + 1}: {detail}"[:DETAIL_CHARS])
+    passed = sum(r.passed for r in results)
+    if first_failure is None:
+        return Verdict(PASSED, passed, total, run.wall_s, "", tuple(results))
+    return Verdict(first_failure[0], passed, total, run.wall_s, first_failure[1], tuple(results))
+
+
+def _judge_assert_run(run: RunResult) -> Verdict:
+    if run.internal_error:
+        return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, run.internal_error)
+    report = run.messages[0] if run.messages and isinstance(run.messages[0], dict) else None
+    if report is None:
+        status, why = _death(run)
+        if run.reason == "" and (run.judge_exit or {}).get("code") not in (0, None):
+            return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, "the test harness crashed")
+        return Verdict(status, 0, 1, run.wall_s, why)
+    if report.get("internal"):
+        return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, str(report["internal"])[:DETAIL_CHARS])
+    if report.get("load") != "ok":
+        status = _LOAD_STATUS.get(str(report.get("load")), RUNTIME_ERROR)
+        return Verdict(status, 0, 1, run.wall_s, str(report.get("error", ""))[:DETAIL_CHARS])
+    total = int(report.get("total", 1))
+    passed = int(report.get("passed", 0))
+    errors = [str(e) for e in report.get("errors", [])]
+    results = tuple(TestResult(True) for _ in range(passed)) + tuple(
+        TestResult(False, e[:DETAIL_CHARS]) for e in errors
+    )
+    if passed == total:
+        return Verdict(PASSED, passed, total, run.wall_s, "", results)
+    dead = str(report.get("candidate") or "")
+    first = errors[0] if errors else str(report.get("aborted") or "failed")
+    if dead in ("timeout", "memory_limit"):
+        status = TIMEOUT if dead == "timeout" else MEMORY_LIMIT
+    elif first.startswith("assertion failed") and not dead:
+        status = WRONG_ANSWER
+    else:
+        status = RUNTIME_ERROR
+    return Verdict(status, passed, total, run.wall_s, first[:DETAIL_CHARS], results)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def verify_many(
+    problems: Sequence[Problem],
+    completions: Sequence[str],
+    sandbox: Sandbox | None = None,
+    timeout: float | None = None,
+    progress: Any = None,
+) -> list[Verdict]:
+    """Score completions[i] against problems[i], `sandbox.workers` at a time.
+
+    Each problem's task decides how it is scored (Countdown needs no sandbox) and with which
+    limits; `timeout` (CPU seconds per submission) overrides them. `progress`, if given, is
+    called once per finished item.
+    """
+    from .tasks import get_task
+
+    sandbox = sandbox or default_sandbox()
+
+    def one(i: int) -> Verdict:
+        problem = problems[i]
+        task = get_task(problem.task)
+        limits = None
+        if timeout is not None:
+            limits = (getattr(task, "default_limits", None) or sandbox.limits).with_timeout(timeout)
+        try:
+            verdict = task.score(problem, completions[i], sandbox=sandbox, limits=limits)
+        except Exception as e:  # a bug of ours must not be learned from as a zero reward
+            verdict = Verdict(
+                INTERNAL_ERROR,
+                0,
+                _total(problem),
+                detail=f"verifier error: {type(e).__name__}: {e}"[:DETAIL_CHARS],
+            )
+        if progress is not None:
+            progress()
+        return verdict
+
+    if len(problems) != len(completions):
+        raise ValueError("problems and completions differ in length")
+    with ThreadPoolExecutor(max_workers=sandbox.workers) as pool:
+        return list(pool.map(one, range(len(problems))))

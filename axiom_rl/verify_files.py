@@ -1,0 +1,93 @@
+"""`axiom-rl verify`: problems and completions as JSONL in, verdicts and rewards as JSONL out.
+
+Bad lines (malformed JSON, unknown problem ids, empty completions) are reported with their line
+numbers and skipped; everything else is still verified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .io import read_jsonl
+from .rewards import compute_reward
+from .sandbox import Sandbox
+from .tasks.registry import TASKS
+from .types import Problem
+from .verifier import verify_many
+
+
+@dataclass
+class VerifyReport:
+    results: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def load_problems(path: str | Path, errors: list[str]) -> dict[str, Problem]:
+    """Problems by id; bad lines become messages in `errors`."""
+    problems: dict[str, Problem] = {}
+    for line in read_jsonl(path):
+        where = f"{path}:{line.lineno}"
+        if line.error:
+            errors.append(f"{where}: {line.error}")
+            continue
+        try:
+            problem = Problem.from_dict(line.value) if isinstance(line.value, dict) else None
+        except (ValueError, TypeError) as e:
+            errors.append(f"{where}: not a problem ({e})")
+            continue
+        if problem is None:
+            errors.append(f"{where}: expected a JSON object")
+        elif problem.task not in TASKS:
+            errors.append(f"{where}: unknown task {problem.task!r}")
+        elif problem.id in problems:
+            errors.append(f"{where}: duplicate problem id {problem.id!r}")
+        else:
+            problems[problem.id] = problem
+    return problems
+
+
+def verify_files(
+    problems_path: str | Path,
+    completions_path: str | Path,
+    sandbox: Sandbox,
+    timeout: float | None = None,
+    progress: Callable[[int], Callable[[], None]] | None = None,
+) -> VerifyReport:
+    report = VerifyReport()
+    problems = load_problems(problems_path, report.errors)
+    todo: list[tuple[Problem, str]] = []
+    for line in read_jsonl(completions_path):
+        where = f"{completions_path}:{line.lineno}"
+        v = line.value
+        if line.error:
+            report.errors.append(f"{where}: {line.error}")
+        elif not isinstance(v, dict) or "problem_id" not in v or "completion" not in v:
+            report.errors.append(f"{where}: expected an object with 'problem_id' and 'completion'")
+        elif v["problem_id"] not in problems:
+            report.errors.append(f"{where}: unknown problem id {v['problem_id']!r}")
+        elif not isinstance(v["completion"], str) or not v["completion"].strip():
+            report.errors.append(f"{where}: empty completion")
+        else:
+            todo.append((problems[v["problem_id"]], v["completion"]))
+    if not todo and not report.errors:
+        raise UserError(f"{completions_path}: no completions")
+    limits_for = None
+    if timeout is not None:
+        if timeout <= 0:
+            raise UserError(f"--timeout must be positive, got {timeout}")
+        limits_for = timeout
+    tick = progress(len(todo)) if progress else None
+    verdicts = verify_many(
+        [p for p, _ in todo], [c for _, c in todo], sandbox, timeout=limits_for, progress=tick
+    )
+    for (problem, completion), verdict in zip(todo, verdicts):
+        reward, components = compute_reward(problem, completion, verdict)
+        row = {"problem_id": problem.id, "reward": round(reward, 6), **verdict.to_dict()}
+        if len(components) > 1:
+            row["reward_components"] = components
+        report.results.append(row)
+    return report

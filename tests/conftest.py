@@ -1,0 +1,72 @@
+"""Shared fixtures. The session ends by checking that no sandboxed process outlived the suite."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+HUMANEVAL = SHARED_DATA / "humaneval" / "HumanEval.jsonl"
+MBPP = SHARED_DATA / "mbpp" / "mbpp.jsonl"
+SANDBOX_UIDS = range(61000, 63000)  # uid_base in sandbox/server.py, plus the judges' offset
+
+
+def _proc_uid(pid: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _pid_ns(pid: str | int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def sandbox_leftovers() -> list[str]:
+    """Processes that belong to a sandbox: a sandbox uid (when we run as root), or, without root,
+    our own uid inside another pid namespace."""
+    me, my_ns = os.getuid(), _pid_ns("self")
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        uid = _proc_uid(pid)
+        if uid is None:
+            continue
+        if (me == 0 and uid in SANDBOX_UIDS) or (me != 0 and uid == me and _pid_ns(pid) not in (my_ns, None)):
+            try:
+                found.append(f"{pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
+            except OSError:
+                continue
+    return found
+
+
+def wait_for_no_leftovers(timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := sandbox_leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_processes_after_the_suite():
+    yield
+    from axiom_rl.sandbox import pool
+
+    if pool._default is not None:
+        pool._default.close()
+    left = wait_for_no_leftovers()
+    assert not left, f"sandboxed processes outlived the test suite: {left}"
+
+
+def needs_shared_data(path: Path):
+    return pytest.mark.skipif(
+        not path.exists(), reason=f"{path} not found (the shared data lives beside the repo in CI)"
+    )

@@ -1,0 +1,123 @@
+"""The command line: outputs, determinism, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import HUMANEVAL, needs_shared_data
+
+from axiom_rl.cli import main
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_problems_list_shows_every_task(capsys):
+    code, out, _ = run(capsys, "problems", "list")
+    assert code == 0
+    for name in ("countdown", "edit_distance", "n_queens", "topological_sort", "humaneval"):
+        assert name in out
+    assert "26 generated tasks" in out
+
+
+def test_problems_show(capsys):
+    code, out, _ = run(capsys, "problems", "show", "coin_change", "--difficulty", "4", "--seed", "2")
+    assert code == 0 and "def coin_change" in out and "hidden tests" in out
+    code, out, _ = run(capsys, "problems", "show", "countdown", "--json")
+    assert json.loads(out)["task"] == "countdown"
+
+
+def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
+    a, b, e = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "e.jsonl"
+    args = ["problems", "export", "--all", "--difficulty-range", "1-10", "--count", "5", "--seed", "0"]
+    assert run(capsys, *args, "--out", str(a))[0] == 0
+    assert run(capsys, *args, "--out", str(b))[0] == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert len(a.read_text().splitlines()) == 26 * 10 * 5
+    assert run(capsys, *args, "--split", "eval", "--out", str(e))[0] == 0
+    train = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, a.read_text().splitlines())}
+    evals = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, e.read_text().splitlines())}
+    assert len(evals) == 26 * 10 * 5 and not train & evals
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["problems", "show", "nope"], "unknown task 'nope'; choose from: "),
+        (["problems", "show", "lcs", "--difficulty", "11"], "out of range"),
+        (["problems", "export", "--task", "lcs", "--count", "0", "--out", "x.jsonl"], "--count must be >= 1"),
+        (["problems", "export", "--task", "lcs", "--difficulty-range", "5-2", "--out", "x.jsonl"], "empty"),
+        (["problems", "export", "--task", "lcs", "--difficulty-range", "a-b", "--out", "x.jsonl"], "must look like"),
+        (["problems", "export", "--out", "x.jsonl"], "exactly one of --task"),
+        (["problems", "show", "lcs", "--difficulty", "x"], "not a valid integer"),
+        (["nope"], "No such command"),
+        (["verify", "missing.jsonl", "also-missing.jsonl"], "no such file"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code_2(capsys, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
+    problems = tmp_path / "p.jsonl"
+    assert run(capsys, "problems", "export", "--task", "house_robber", "--count", "2", "--out", str(problems))[0] == 0
+    rows = [json.loads(line) for line in problems.read_text().splitlines()]
+    good = "```python\ndef house_robber(nums):\n    a = b = 0\n    for x in nums:\n        a, b = b, max(b, a + x)\n    return b\n```"
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(
+        "\n".join(
+            [
+                json.dumps({"problem_id": rows[0]["id"], "completion": good}),
+                "{not json",
+                json.dumps({"problem_id": "missing-id", "completion": good}),
+                json.dumps({"problem_id": rows[1]["id"], "completion": ""}),
+                json.dumps({"problem_id": rows[1]["id"], "completion": "```python\ndef house_robber(nums):\n    return 0\n```"}),
+            ]
+        )
+        + "\n"
+    )
+    out_path = tmp_path / "r.jsonl"
+    code, _, err = run(capsys, "verify", str(problems), str(completions), "--out", str(out_path), "--workers", "2")
+    assert code == 2
+    assert "c.jsonl:2: not valid JSON" in err
+    assert "c.jsonl:3: unknown problem id 'missing-id'" in err
+    assert "c.jsonl:4: empty completion" in err
+    results = [json.loads(line) for line in out_path.read_text().splitlines()]
+    assert [r["status"] for r in results] == ["passed", "wrong_answer"]
+    assert results[0]["reward"] == 1.0 and 0 <= results[1]["reward"] < 1.0
+    assert set(results[0]) >= {"problem_id", "reward", "status", "passed", "total", "time_s", "detail"}
+
+
+@needs_shared_data(HUMANEVAL)
+def test_import_then_verify_humaneval(capsys, tmp_path):
+    problems = tmp_path / "he.jsonl"
+    assert run(capsys, "problems", "import", "--format", "humaneval", str(HUMANEVAL), "--out", str(problems))[0] == 0
+    rows = [json.loads(line) for line in problems.read_text().splitlines()]
+    completions = tmp_path / "c.jsonl"
+    completions.write_text("".join(json.dumps({"problem_id": r["id"], "completion": r["reference_solution"]}) + "\n" for r in rows))
+    code, _, err = run(capsys, "verify", str(problems), str(completions), "--out", str(tmp_path / "r.jsonl"))
+    assert code == 0
+    assert "164 verified, mean reward 1.000" in err
+
+
+def test_import_rejects_a_file_of_the_wrong_format(capsys, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": 1}\n')
+    code, _, err = run(capsys, "problems", "import", "--format", "mbpp", str(bad), "--out", str(tmp_path / "o.jsonl"))
+    assert code == 2 and "bad.jsonl:1: not a MBPP record" in err
+
+
+def test_console_script_entry_point_runs():
+    proc = subprocess.run([sys.executable, "-m", "axiom_rl", "problems", "show", "nope"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

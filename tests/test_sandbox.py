@@ -1,0 +1,476 @@
+"""Each test adversarially checks one property of the sandbox: a hostile submission gets a
+non-passing verdict within its limits, and leaves no process and no file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import wait_for_no_leftovers
+
+from axiom_rl.sandbox import Limits, Sandbox
+from axiom_rl.types import (
+    MEMORY_LIMIT,
+    PASSED,
+    RUNTIME_ERROR,
+    SYNTAX_ERROR,
+    TIMEOUT,
+    WRONG_ANSWER,
+    Problem,
+    TestCase,
+)
+from axiom_rl.verifier import score_code
+
+LIMITS = Limits(call_timeout=1.0, cpu_s=2.0, wall_factor=2.0, memory_mb=512, nproc=16, output_bytes=1 << 20)
+# The slowest a limit-hitting submission may take: the whole-job wall clock plus start-up slack.
+WALL_BUDGET = 3.0 * 2.0 + 3.0  # the largest limits used here
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=2, limits=LIMITS) as sb:
+        yield sb
+    assert not wait_for_no_leftovers()
+
+
+def problem(*cases: tuple[tuple, object]) -> Problem:
+    """Hidden tests for `f`; by default one: f(3, 4) == 7."""
+    cases = cases or (((3, 4), 7),)
+    tests = tuple(TestCase(tuple(args), expected) for args, expected in cases)
+    return Problem(id="adv", task="adversarial", difficulty=1, prompt="", entry_point="f", tests=tests)
+
+
+def run(sandbox: Sandbox, code: str, p: Problem | None = None, limits: Limits = LIMITS):
+    start = time.monotonic()
+    verdict = score_code(p or problem(), f"```python\n{textwrap.dedent(code)}\n```", sandbox, limits)
+    elapsed = time.monotonic() - start
+    assert elapsed < WALL_BUDGET, f"took {elapsed:.1f}s, beyond its limits"
+    assert not wait_for_no_leftovers(), "a process outlived its submission"
+    return verdict
+
+
+def marker() -> str:
+    return f"axiom-adv-{uuid.uuid4().hex}"
+
+
+def test_a_correct_submission_passes(sandbox):
+    assert run(sandbox, "def f(a, b):\n    return a + b").status == PASSED
+
+
+def test_infinite_loop_costs_its_own_timeout(sandbox):
+    v = run(sandbox, "def f(a, b):\n    while True:\n        pass")
+    assert v.status == TIMEOUT and v.passed == 0
+
+
+def test_infinite_loop_that_swallows_the_timer_exception(sandbox):
+    code = """
+    def f(a, b):
+        while True:
+            try:
+                while True:
+                    pass
+            except BaseException:
+                pass
+    """
+    assert run(sandbox, code).status == TIMEOUT
+
+
+def test_sleeping_forever_hits_the_wall_clock(sandbox):
+    assert run(sandbox, "import time\ndef f(a, b):\n    time.sleep(3600)").status == TIMEOUT
+
+
+def test_ignoring_sigterm_and_the_cpu_timer(sandbox):
+    code = """
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGPROF, signal.SIG_IGN)
+    signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+    def f(a, b):
+        while True:
+            pass
+    """
+    assert run(sandbox, code).status == TIMEOUT
+
+
+def test_fork_bomb(sandbox):
+    code = """
+    import os
+    def f(a, b):
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """
+    v = run(sandbox, code)
+    assert v.status != PASSED
+
+
+def test_memory_bomb(sandbox):
+    v = run(sandbox, "def f(a, b):\n    x = bytearray(8 * 1024**3)\n    return a + b")
+    assert v.status == MEMORY_LIMIT
+    # Filling memory page by page costs CPU (~0.25 s per 100 MB on a small VM): with the 1 s
+    # call timer a slow bomb may end as a timeout instead, so give this one room to hit the cap.
+    roomy = Limits(call_timeout=3.0, cpu_s=3.0, wall_factor=2.0, memory_mb=256)
+    v = run(
+        sandbox, "def f(a, b):\n    xs = []\n    while True:\n        xs.append(' ' * 10**7)", limits=roomy
+    )
+    assert v.status == MEMORY_LIMIT
+
+
+def test_printing_a_gigabyte(sandbox):
+    code = """
+    import sys
+    def f(a, b):
+        line = "x" * 1_000_000
+        for _ in range(1000):
+            sys.stdout.write(line)
+        return a + b
+    """
+    v = run(sandbox, code)
+    assert v.status == RUNTIME_ERROR and "output" in v.detail
+
+
+def test_writing_outside_the_temporary_directory(sandbox):
+    name = marker()
+    targets = [
+        Path.cwd() / name,
+        Path("/tmp") / name,
+        Path("/var/tmp") / name,
+        Path("/dev/shm") / name,
+        Path.home() / name,
+    ]
+    code = f"""
+    def f(a, b):
+        written = []
+        for path in {[str(t) for t in targets]!r}:
+            try:
+                with open(path, "w") as fh:
+                    fh.write("owned")
+                written.append(path)
+            except OSError:
+                pass
+        if {str(targets[0])!r} in written:
+            return a + b
+        raise PermissionError("outside writes refused: " + ", ".join(written))
+    """
+    v = run(sandbox, code)
+    assert v.status == RUNTIME_ERROR
+    assert not any(t.exists() for t in targets)
+
+
+def test_the_private_tmp_is_gone_afterwards(sandbox):
+    name = marker()
+    code = f"""
+    def f(a, b):
+        with open("/tmp/{name}", "w") as fh:
+            fh.write("left behind?")
+        return None
+    """
+    assert run(sandbox, code).status == WRONG_ANSWER
+    assert not Path(f"/tmp/{name}").exists()
+
+
+def test_opening_a_socket(sandbox):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+                got.append(conn.recv(100))
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    code = f"""
+    import socket
+    def f(a, b):
+        s = socket.create_connection(("127.0.0.1", {port}), timeout=1)
+        s.sendall(b"leak")
+        return a + b
+    """
+    v = run(sandbox, code)
+    done.set()
+    thread.join()
+    server.close()
+    assert v.status == RUNTIME_ERROR
+    assert got == []
+
+
+def test_reading_expected_values(sandbox):
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    p = problem(((1, 2), secret))  # only a program that finds the expected value can pass
+    code = """
+    import gc, os, sys
+    def f(a, b):
+        for obj in gc.get_objects():
+            for s in (obj if isinstance(obj, (list, tuple, dict)) else [obj]):
+                if isinstance(s, str) and s.startswith("SECRET-"):
+                    return s
+        frame = sys._getframe()
+        while frame:
+            for v in list(frame.f_locals.values()) + list(frame.f_globals.values()):
+                if isinstance(v, str) and v.startswith("SECRET-"):
+                    return v
+            frame = frame.f_back
+        for pid in os.listdir("/proc"):
+            for part in ("cmdline", "environ"):
+                try:
+                    data = open(f"/proc/{pid}/{part}", "rb").read()
+                except OSError:
+                    continue
+                if b"SECRET-" in data:
+                    i = data.index(b"SECRET-")
+                    return data[i : i + 39].decode()
+        return "not found"
+    """
+    v = run(sandbox, code, p)
+    assert v.status == WRONG_ANSWER
+
+
+def test_eq_that_is_always_true(sandbox):
+    code = """
+    class Anything:
+        def __eq__(self, other):
+            return True
+        def __ne__(self, other):
+            return False
+    def f(a, b):
+        return Anything()
+    """
+    assert run(sandbox, code).status == RUNTIME_ERROR
+
+
+@pytest.mark.parametrize(
+    "base, value", [("int", "0"), ("list", "[]"), ("str", "''"), ("dict", "{}"), ("tuple", "()")]
+)
+def test_subclass_of_the_expected_type(sandbox, base, value):
+    code = f"""
+    class Liar({base}):
+        def __eq__(self, other):
+            return True
+        __hash__ = {base}.__hash__
+    def f(a, b):
+        return Liar({value})
+    """
+    assert run(sandbox, code).status == WRONG_ANSWER
+
+
+def test_subclass_with_a_correct_value_is_accepted_as_its_value(sandbox):
+    code = """
+    class MyInt(int):
+        pass
+    def f(a, b):
+        return MyInt(a + b)
+    """
+    assert run(sandbox, code).status == PASSED
+
+
+def test_sys_exit_during_a_call(sandbox):
+    assert run(sandbox, "import sys\ndef f(a, b):\n    sys.exit(0)").status == RUNTIME_ERROR
+
+
+def test_sys_exit_while_loading(sandbox):
+    assert run(sandbox, "import sys\nsys.exit(0)\ndef f(a, b):\n    return a + b").status == RUNTIME_ERROR
+
+
+def test_os_exit_mid_run(sandbox):
+    p = problem(((1, 2), 3), ((5, 5), 10))
+    v = run(sandbox, "import os\ndef f(a, b):\n    if a == 5:\n        os._exit(0)\n    return a + b", p)
+    assert v.status == RUNTIME_ERROR and v.passed == 1 and v.total == 2
+
+
+def test_killing_the_parent(sandbox):
+    targets = [os.getpid(), os.getppid()]
+    code = f"""
+    import os, signal
+    def f(a, b):
+        for pid in {targets!r} + [os.getppid(), 1] + [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return a + b + 1
+    """
+    v = run(sandbox, code)
+    assert v.status != PASSED
+    assert run(sandbox, "def f(a, b):\n    return a + b").status == PASSED  # the pool survived
+
+
+def test_a_daemon_that_detaches(sandbox):
+    name = marker()
+    code = f"""
+    import os, time
+    def f(a, b):
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(1.5)
+                with open("/tmp/{name}", "w") as fh:
+                    fh.write("still alive")
+                while True:
+                    time.sleep(1)
+            os._exit(0)
+        return None
+    """
+    assert run(sandbox, code).status == WRONG_ANSWER
+    time.sleep(2.0)
+    assert not wait_for_no_leftovers(0.1)
+    assert not Path(f"/tmp/{name}").exists()
+
+
+def test_deep_recursion(sandbox):
+    assert run(sandbox, "def f(a, b):\n    return f(a, b) + 1").status == RUNTIME_ERROR
+    # With the limit lifted, 3.11+ recursion lives on the heap (no C stack per Python call): it
+    # ends at the CPU or the memory limit, or as a crash on older interpreters.
+    code = "import sys\nsys.setrecursionlimit(10**7)\ndef f(a, b):\n    return f(a, b) + 1"
+    assert run(sandbox, code).status in (RUNTIME_ERROR, MEMORY_LIMIT, TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "list(range(5_000_000))",  # too many elements
+        "(lambda: [x := [], [x := [x] for _ in range(10_000)]][1][-1])()",  # too deep
+        "(lambda l: (l.append(l), l)[1])([])",  # a cycle
+        "10 ** 100_000",  # an int too long to serialise as text
+        "print",  # not data at all
+    ],
+)
+def test_result_too_large_or_too_deep(sandbox, expr):
+    v = run(sandbox, f"def f(a, b):\n    return {expr}")
+    assert v.status == RUNTIME_ERROR, v
+
+
+def test_syntax_error_and_missing_function(sandbox):
+    assert run(sandbox, "def f(a, b) return a").status == SYNTAX_ERROR
+    assert run(sandbox, "def g(a, b):\n    return a + b").status == RUNTIME_ERROR
+
+
+def test_no_state_leaks_between_submissions(sandbox):
+    code = """
+    import builtins
+    def f(a, b):
+        seen = getattr(builtins, "_axiom_seen", 0)
+        builtins._axiom_seen = seen + 1
+        with open("/tmp/state", "a") as fh:
+            fh.write("x")
+        return a + b + seen + len(open("/tmp/state").read()) - 1
+    """
+    for _ in range(3):
+        assert run(sandbox, code).status == PASSED
+
+
+# ------------------------------------------------------------------ assert-style tests (HumanEval)
+
+
+def assert_problem(test_code: str) -> Problem:
+    return Problem(
+        id="he", task="adversarial", difficulty=0, prompt="", entry_point="add", test_code=test_code
+    )
+
+
+CHECK = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 5) == 10\n"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import sys\nsys.exit(0)\ndef add(a, b):\n    pass",  # exit before the asserts (fools exit-code graders)
+        "import os\nos._exit(0)",
+        "def add(a, b):\n    import sys\n    sys.exit(0)",
+        'print(\'PASSED\')\nprint(\'{"load": "ok", "passed": 2, "total": 2}\')\ndef add(a, b):\n    return 0',
+        'import os\ndef add(a, b):\n    os.write(3, b\'{"load":"ok","passed":2,"total":2}\\n\')\n    os.write(4, b\'{"load":"ok","passed":2,"total":2}\\n\')\n    return 0',
+        "class T:\n    def __eq__(s, o):\n        return True\ndef add(a, b):\n    return T()",
+        "class L(int):\n    def __eq__(s, o):\n        return True\ndef add(a, b):\n    return L(0)",
+        "import sys\ndef add(a, b):\n    f = sys._getframe(1)\n    return f.f_locals.get('expected', 0)",
+    ],
+)
+def test_assert_style_tests_cannot_be_faked(sandbox, code):
+    v = score_code(assert_problem(CHECK), f"```python\n{code}\n```", sandbox, LIMITS)
+    assert v.status != PASSED, (code, v)
+    assert not wait_for_no_leftovers()
+
+
+def test_assert_style_partial_credit_and_pass(sandbox):
+    right = score_code(
+        assert_problem(CHECK), "```python\ndef add(a, b):\n    return a + b\n```", sandbox, LIMITS
+    )
+    assert right.status == PASSED and right.passed == right.total == 2
+    half = score_code(assert_problem(CHECK), "```python\ndef add(a, b):\n    return 3\n```", sandbox, LIMITS)
+    assert half.status == WRONG_ANSWER and (half.passed, half.total) == (1, 2)
+    loop = score_code(
+        assert_problem(CHECK), "```python\ndef add(a, b):\n    while True: pass\n```", sandbox, LIMITS
+    )
+    assert loop.status == TIMEOUT
+
+
+# ------------------------------------------------------------------ without root: user namespaces
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not SYSTEM_PYTHON.exists(), reason="needs root to start a process as nobody"
+)
+def test_unprivileged_user_gets_user_namespace_isolation():
+    """What a laptop user without root gets: the same checks pass in user-namespace mode."""
+    repo = Path(__file__).resolve().parents[1]
+    if not all(os.stat(p).st_mode & 0o005 == 0o005 for p in [repo, *repo.parents]):
+        pytest.skip("the repository is not readable by other users")
+    script = textwrap.dedent(
+        """
+        import json, os, socket
+        from axiom_rl.sandbox import Sandbox, Limits
+        with Sandbox(workers=2, limits=Limits(call_timeout=1, cpu_s=2, wall_factor=2)) as sb:
+            out = {"isolation": sb.isolation}
+            def value(code):
+                r = sb.run_calls(code, "f", [[1]])
+                return r.messages[1] if len(r.messages) > 1 else r.messages
+            out["net"] = value("import socket\\ndef f(a):\\n    return socket.create_connection(('127.0.0.1', %d), timeout=1) and 1")
+            out["procs"] = value("import os\\ndef f(a):\\n    return sorted(int(p) for p in os.listdir('/proc') if p.isdigit())")
+            out["tmp"] = value("import os\\ndef f(a):\\n    open('/tmp/x', 'w').write('x')\\n    return os.listdir('/tmp')")
+            out["bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
+        print(json.dumps(out))
+        """
+    )
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    proc = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", script % listener.getsockname()[1]],
+        cwd="/tmp",
+        env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
+        user=65534,
+        group=65534,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    listener.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "user namespace" in out["isolation"]
+    assert out["net"]["ok"] is False  # no route out of the empty network namespace
+    assert out["procs"]["value"] == [1]  # only itself, as init of its pid namespace
+    assert out["tmp"]["value"] == ["x"]  # a private, empty /tmp
+    assert out["bomb"]["ok"] is False
+    assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
+    assert not wait_for_no_leftovers()

@@ -1,0 +1,137 @@
+"""Extraction of code from completions, verdicts for generated tasks, and real benchmarks."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+from conftest import HUMANEVAL, MBPP, needs_shared_data
+
+from axiom_rl.sandbox import Sandbox
+from axiom_rl.tasks import generate_problems, get_task, task_names
+from axiom_rl.tasks.importers import import_humaneval, import_mbpp, mbpp_entry_point
+from axiom_rl.types import NO_CODE, PASSED, WRONG_ANSWER
+from axiom_rl.verifier import build_program, extract_code, has_fenced_function, verify_many
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox() as sb:
+        yield sb
+
+
+# ----------------------------------------------------------------------------------- extraction
+
+
+def test_extract_fenced_block_defining_the_entry_point():
+    text = "Sure!\n```python\ndef helper():\n    pass\n```\nand\n```python\ndef f(x):\n    return x\n```\nDone."
+    assert extract_code(text, "f") == "def f(x):\n    return x\n"
+
+
+def test_extract_prefers_the_last_definition():
+    text = "```python\ndef f(x):\n    return 1\n```\nBetter:\n```py\ndef f(x):\n    return 2\n```"
+    assert "return 2" in extract_code(text, "f")
+
+
+def test_extract_ignores_thinking_and_other_languages():
+    text = "<think>```python\ndef f(x):\n    return 'draft'\n```</think>```python\ndef f(x):\n    return 'final'\n```"
+    assert "final" in extract_code(text, "f") and "draft" not in extract_code(text, "f")
+    assert extract_code("```text\nnot code\n```", "f") is None
+    # the prompt opened <think>: everything up to its closing tag is thinking
+    assert "final" in extract_code("draft ideas ```python\ndef f(): 'draft'```</think>\n```python\ndef f(): 'final'\n```", "f")
+
+
+def test_extract_unterminated_fence_and_bare_code():
+    assert extract_code("```python\ndef f(x):\n    return x", "f") == "def f(x):\n    return x"
+    assert extract_code("R = 3\ndef f(x):\n    return x * R\n", "f").startswith("R = 3")
+    assert extract_code("Here it is:\ndef f(x):\n    return x\n", "f").startswith("def f")
+    assert extract_code("I cannot solve this.", "f") is None
+
+
+def test_format_detection():
+    assert has_fenced_function("```python\ndef f(x):\n    pass\n```", "f")
+    assert not has_fenced_function("def f(x):\n    pass\n", "f")
+    assert not has_fenced_function("```python\ndef g(x):\n    pass\n```", "f")
+
+
+# ----------------------------------------------------------------------------------- generated tasks
+
+
+@pytest.mark.parametrize("difficulty", [1, 5, 10])
+def test_every_reference_verifies_with_full_reward(sandbox, difficulty):
+    from axiom_rl.rewards import compute_reward
+
+    problems = [p for n in task_names(generatable=True) for p in generate_problems(n, difficulty, 2, seed=1)]
+    completions = [
+        get_task(p.task).reference_completion(p) if p.task == "countdown" else f"```python\n{p.reference_solution}```"
+        for p in problems
+    ]
+    verdicts = verify_many(problems, completions, sandbox)
+    for p, c, v in zip(problems, completions, verdicts):
+        assert v.status == PASSED, (p.id, v)
+        assert compute_reward(p, c, v)[0] == 1.0
+
+
+def test_wrong_code_gets_partial_credit_and_no_code_is_no_code(sandbox):
+    p = generate_problems("max_subarray", 3, 1)[0]
+    wrong = "```python\ndef max_subarray(nums):\n    return max(nums)\n```"  # right only when the best run is one element
+    v = verify_many([p], [wrong], sandbox)[0]
+    assert v.status == WRONG_ANSWER and 0 <= v.passed < v.total == len(p.tests)
+    assert verify_many([p], ["I don't know"], sandbox)[0].status == NO_CODE
+
+
+# ----------------------------------------------------------------------------------- benchmarks
+
+
+@needs_shared_data(HUMANEVAL)
+def test_humaneval_canonical_solutions_all_pass_and_stubs_fail(sandbox):
+    problems = import_humaneval(HUMANEVAL)
+    assert len(problems) == 164
+    verdicts = verify_many(problems, [p.reference_solution for p in problems], sandbox)
+    assert Counter(v.status for v in verdicts) == {PASSED: 164}
+    # The same bodies as a model would send them: a fenced full function, and a bare continuation.
+    fenced = [f"```python\n{p.reference_solution}```" for p in problems[:20]]
+    assert all(v.ok for v in verify_many(problems[:20], fenced, sandbox))
+    bodies = [p.reference_solution[len(p.metadata["prelude"]) :] for p in problems[:20]]
+    assert all(v.ok for v in verify_many(problems[:20], bodies, sandbox))
+    nones = verify_many(problems, ["    return None\n"] * len(problems), sandbox)
+    assert sum(v.ok for v in nones) <= 3
+
+
+@needs_shared_data(HUMANEVAL)
+def test_humaneval_exit_before_asserts_does_not_pass(sandbox):
+    problems = import_humaneval(HUMANEVAL)
+    trick = "    pass\nimport sys\nsys.exit(0)\n"  # fools a grader that trusts exit codes (164/164 upstream)
+    assert not any(v.ok for v in verify_many(problems, [trick] * len(problems), sandbox))
+
+
+@needs_shared_data(MBPP)
+def test_mbpp_reference_solutions_all_pass_and_wrong_ones_fail(sandbox):
+    problems = import_mbpp(MBPP, include_challenge=True)
+    assert len(problems) == 974
+    verdicts = verify_many(problems, [p.reference_solution for p in problems], sandbox)
+    assert Counter(v.status for v in verdicts) == {PASSED: 974}
+    wrong = [f"{p.reference_solution}\n\ndef {p.entry_point}(*args, **kwargs):\n    return None\n" for p in problems]
+    assert sum(v.ok for v in verify_many(problems, wrong, sandbox)) <= 5
+
+
+@needs_shared_data(MBPP)
+def test_mbpp_entry_points_are_defined_by_the_reference():
+    for p in import_mbpp(MBPP):
+        assert re.search(rf"def {p.entry_point}\s*\(", p.reference_solution), p.id
+
+
+def test_mbpp_entry_point_detection():
+    code = "def helper(x):\n    return x\ndef is_even(n):\n    return helper(n) % 2 == 0\n"
+    assert mbpp_entry_point(["assert is_even(4) == True"], code) == "is_even"
+    assert mbpp_entry_point(["assert set(is_even(4)) == {1}"], code) == "is_even"
+
+
+def test_build_program_prepends_the_prelude():
+    from axiom_rl.types import Problem
+
+    p = Problem("x", "humaneval", 0, "", entry_point="f", test_code="", metadata={"prelude": "import math\ndef f(x):\n"})
+    assert build_program(p, "    return math.pi\n") == "import math\ndef f(x):\n    return math.pi\n"
+    assert build_program(p, "```python\ndef f(x):\n    return 1\n```").startswith("import math\ndef f(x):\n\ndef f")
+    assert build_program(p, "   ") is None
