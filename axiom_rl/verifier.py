@@ -116,7 +116,9 @@ def build_program(problem: Problem, completion: str) -> str | None:
         return prelude + body
     if code is None:
         return None
-    return f"{prelude}\n{code}" if prelude else code
+    if not prelude or code.startswith(prelude):  # a full program that already carries it
+        return code
+    return f"{prelude}\n{code}"
 
 
 def score_code(

@@ -53,7 +53,10 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
         (["problems", "show", "lcs", "--difficulty", "11"], "out of range"),
         (["problems", "export", "--task", "lcs", "--count", "0", "--out", "x.jsonl"], "--count must be >= 1"),
         (["problems", "export", "--task", "lcs", "--difficulty-range", "5-2", "--out", "x.jsonl"], "empty"),
-        (["problems", "export", "--task", "lcs", "--difficulty-range", "a-b", "--out", "x.jsonl"], "must look like"),
+        (
+            ["problems", "export", "--task", "lcs", "--difficulty-range", "a-b", "--out", "x.jsonl"],
+            "must look like",
+        ),
         (["problems", "export", "--out", "x.jsonl"], "exactly one of --task"),
         (["problems", "show", "lcs", "--difficulty", "x"], "not a valid integer"),
         (["nope"], "No such command"),
@@ -71,7 +74,10 @@ def test_user_errors_are_one_line_with_exit_code_2(capsys, tmp_path, monkeypatch
 
 def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
     problems = tmp_path / "p.jsonl"
-    assert run(capsys, "problems", "export", "--task", "house_robber", "--count", "2", "--out", str(problems))[0] == 0
+    assert (
+        run(capsys, "problems", "export", "--task", "house_robber", "--count", "2", "--out", str(problems))[0]
+        == 0
+    )
     rows = [json.loads(line) for line in problems.read_text().splitlines()]
     good = "```python\ndef house_robber(nums):\n    a = b = 0\n    for x in nums:\n        a, b = b, max(b, a + x)\n    return b\n```"
     completions = tmp_path / "c.jsonl"
@@ -82,13 +88,20 @@ def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
                 "{not json",
                 json.dumps({"problem_id": "missing-id", "completion": good}),
                 json.dumps({"problem_id": rows[1]["id"], "completion": ""}),
-                json.dumps({"problem_id": rows[1]["id"], "completion": "```python\ndef house_robber(nums):\n    return 0\n```"}),
+                json.dumps(
+                    {
+                        "problem_id": rows[1]["id"],
+                        "completion": "```python\ndef house_robber(nums):\n    return 0\n```",
+                    }
+                ),
             ]
         )
         + "\n"
     )
     out_path = tmp_path / "r.jsonl"
-    code, _, err = run(capsys, "verify", str(problems), str(completions), "--out", str(out_path), "--workers", "2")
+    code, _, err = run(
+        capsys, "verify", str(problems), str(completions), "--out", str(out_path), "--workers", "2"
+    )
     assert code == 2
     assert "c.jsonl:2: not valid JSON" in err
     assert "c.jsonl:3: unknown problem id 'missing-id'" in err
@@ -102,10 +115,17 @@ def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
 @needs_shared_data(HUMANEVAL)
 def test_import_then_verify_humaneval(capsys, tmp_path):
     problems = tmp_path / "he.jsonl"
-    assert run(capsys, "problems", "import", "--format", "humaneval", str(HUMANEVAL), "--out", str(problems))[0] == 0
+    assert (
+        run(capsys, "problems", "import", "--format", "humaneval", str(HUMANEVAL), "--out", str(problems))[0]
+        == 0
+    )
     rows = [json.loads(line) for line in problems.read_text().splitlines()]
     completions = tmp_path / "c.jsonl"
-    completions.write_text("".join(json.dumps({"problem_id": r["id"], "completion": r["reference_solution"]}) + "\n" for r in rows))
+    completions.write_text(
+        "".join(
+            json.dumps({"problem_id": r["id"], "completion": r["reference_solution"]}) + "\n" for r in rows
+        )
+    )
     code, _, err = run(capsys, "verify", str(problems), str(completions), "--out", str(tmp_path / "r.jsonl"))
     assert code == 0
     assert "164 verified, mean reward 1.000" in err
@@ -114,10 +134,14 @@ def test_import_then_verify_humaneval(capsys, tmp_path):
 def test_import_rejects_a_file_of_the_wrong_format(capsys, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task_id": 1}\n')
-    code, _, err = run(capsys, "problems", "import", "--format", "mbpp", str(bad), "--out", str(tmp_path / "o.jsonl"))
+    code, _, err = run(
+        capsys, "problems", "import", "--format", "mbpp", str(bad), "--out", str(tmp_path / "o.jsonl")
+    )
     assert code == 2 and "bad.jsonl:1: not a MBPP record" in err
 
 
 def test_console_script_entry_point_runs():
-    proc = subprocess.run([sys.executable, "-m", "axiom_rl", "problems", "show", "nope"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "axiom_rl", "problems", "show", "nope"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

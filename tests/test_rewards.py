@@ -38,7 +38,9 @@ def test_countdown_graduated_ladder():
     v = Verdict(WRONG_ANSWER, 0, 1)
     a, b, c = NUMS
     assert g(CD, f"<answer>{CD.reference_solution}</answer>", v) == 1.0
-    wrong_value = next(e for e in (f"{a} + {b} + {c}", f"{a} * {b} * {c}", f"{a} - {b} - {c}") if eval(e) != TARGET)
+    wrong_value = next(
+        e for e in (f"{a} + {b} + {c}", f"{a} * {b} * {c}", f"{a} - {b} - {c}") if eval(e) != TARGET
+    )
     assert g(CD, f"<answer>{wrong_value}</answer>", v) == 0.7
     assert g(CD, f"<answer>{a} + {b}</answer>", v) == 0.5  # some of the numbers, once each
     assert g(CD, f"<answer>{TARGET}</answer>", v) in (0.3, 0.5)  # echoing the target earns little

@@ -25,7 +25,9 @@ def sandbox():
 
 
 def test_extract_fenced_block_defining_the_entry_point():
-    text = "Sure!\n```python\ndef helper():\n    pass\n```\nand\n```python\ndef f(x):\n    return x\n```\nDone."
+    text = (
+        "Sure!\n```python\ndef helper():\n    pass\n```\nand\n```python\ndef f(x):\n    return x\n```\nDone."
+    )
     assert extract_code(text, "f") == "def f(x):\n    return x\n"
 
 
@@ -39,7 +41,9 @@ def test_extract_ignores_thinking_and_other_languages():
     assert "final" in extract_code(text, "f") and "draft" not in extract_code(text, "f")
     assert extract_code("```text\nnot code\n```", "f") is None
     # the prompt opened <think>: everything up to its closing tag is thinking
-    assert "final" in extract_code("draft ideas ```python\ndef f(): 'draft'```</think>\n```python\ndef f(): 'final'\n```", "f")
+    assert "final" in extract_code(
+        "draft ideas ```python\ndef f(): 'draft'```</think>\n```python\ndef f(): 'final'\n```", "f"
+    )
 
 
 def test_extract_unterminated_fence_and_bare_code():
@@ -64,7 +68,9 @@ def test_every_reference_verifies_with_full_reward(sandbox, difficulty):
 
     problems = [p for n in task_names(generatable=True) for p in generate_problems(n, difficulty, 2, seed=1)]
     completions = [
-        get_task(p.task).reference_completion(p) if p.task == "countdown" else f"```python\n{p.reference_solution}```"
+        get_task(p.task).reference_completion(p)
+        if p.task == "countdown"
+        else f"```python\n{p.reference_solution}```"
         for p in problems
     ]
     verdicts = verify_many(problems, completions, sandbox)
@@ -112,7 +118,10 @@ def test_mbpp_reference_solutions_all_pass_and_wrong_ones_fail(sandbox):
     assert len(problems) == 974
     verdicts = verify_many(problems, [p.reference_solution for p in problems], sandbox)
     assert Counter(v.status for v in verdicts) == {PASSED: 974}
-    wrong = [f"{p.reference_solution}\n\ndef {p.entry_point}(*args, **kwargs):\n    return None\n" for p in problems]
+    wrong = [
+        f"{p.reference_solution}\n\ndef {p.entry_point}(*args, **kwargs):\n    return None\n"
+        for p in problems
+    ]
     assert sum(v.ok for v in verify_many(problems, wrong, sandbox)) <= 5
 
 
@@ -131,7 +140,17 @@ def test_mbpp_entry_point_detection():
 def test_build_program_prepends_the_prelude():
     from axiom_rl.types import Problem
 
-    p = Problem("x", "humaneval", 0, "", entry_point="f", test_code="", metadata={"prelude": "import math\ndef f(x):\n"})
+    p = Problem(
+        "x",
+        "humaneval",
+        0,
+        "",
+        entry_point="f",
+        test_code="",
+        metadata={"prelude": "import math\ndef f(x):\n"},
+    )
     assert build_program(p, "    return math.pi\n") == "import math\ndef f(x):\n    return math.pi\n"
-    assert build_program(p, "```python\ndef f(x):\n    return 1\n```").startswith("import math\ndef f(x):\n\ndef f")
+    assert build_program(p, "```python\ndef f(x):\n    return 1\n```").startswith(
+        "import math\ndef f(x):\n\ndef f"
+    )
     assert build_program(p, "   ") is None

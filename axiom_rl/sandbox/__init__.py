@@ -47,4 +47,12 @@ What is not covered:
 
 from .pool import DEFAULT_LIMITS, Limits, RunResult, Sandbox, SandboxError, decode_value, default_sandbox
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "RunResult", "Sandbox", "SandboxError", "decode_value", "default_sandbox"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "Limits",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "decode_value",
+    "default_sandbox",
+]

@@ -52,13 +52,21 @@ def encode(
     return _enc(value, 0, budget, allow_objects, max_depth, max_items, set())
 
 
+_SCALARS = (str, bool, type(None))
+
+
 def _enc(v: Any, depth: int, b: _Budget, objs: bool, max_depth: int, max_items: int, active: set[int]) -> Any:
+    t = type(v)
+    if t in _SCALARS or (t is int and -(2**63) <= v < 2**63):  # the common case, first
+        b.items += 1
+        if b.items > max_items:
+            raise EncodeError(f"value has more than {max_items} elements")
+        return v
     if depth > max_depth:
         raise EncodeError(f"value is nested more than {max_depth} levels deep")
     b.items += 1
     if b.items > max_items:
         raise EncodeError(f"value has more than {max_items} elements")
-    t = type(v)
     # Exact types first (the common case), then subclasses through the base type's methods.
     if v is None or t is bool or t is str:
         return v

@@ -1,9 +1,10 @@
-"""The trusted parent's side of the sandbox: a pool of workers behind one fork server.
+"""The trusted parent's side of the sandbox: a pool of worker slots, each a long-lived monitor.
 
-`Sandbox` starts `server.py` once (interpreter start-up and imports paid once), then sends it one
-end of a fresh socketpair per job. At most `workers` jobs run at once (default: the number of
-cores); each gets a slot number, which the server turns into a uid of its own. Calls are
-thread-safe: the verifier drives the pool from a thread per worker.
+`Sandbox` starts one `server.py` process per slot (interpreter start-up and imports paid once per
+slot, not per job) and keeps a socket to each. At most `workers` jobs run at once (default: the
+number of cores); a job takes a free slot, sends one JSON line and reads one back. A monitor that
+dies or stops answering is killed and started again; the job it was running gets an
+`internal_error` (the verifier's fault, never the submission's). Thread-safe.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import json
 import os
 import queue
+import select
 import socket
 import subprocess
 import sys
@@ -37,7 +39,7 @@ class Limits:
     call_timeout: float = 2.0
     """CPU seconds for loading the code, and for each test call."""
     cpu_s: float = 6.0
-    """CPU seconds for the whole submission (RLIMIT_CPU: the process is killed past it)."""
+    """CPU seconds for the whole submission (no call gets more than what is left of it)."""
     wall_factor: float = 3.0
     """Wall-clock limits are this many times the CPU limits."""
     memory_mb: int = 1024
@@ -67,7 +69,7 @@ DEFAULT_LIMITS = Limits()
 
 @dataclass
 class RunResult:
-    """What the monitor reported about one job (parsed further by `axiom_rl.verifier`)."""
+    """What the monitor reported about one job (turned into a Verdict by `axiom_rl.verifier`)."""
 
     messages: list[Any]
     reason: str = ""
@@ -82,6 +84,73 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (not the submission)."""
 
 
+class _Slot:
+    """One monitor process and the socket to it."""
+
+    def __init__(self, index: int, namespaces: bool) -> None:
+        self.index = index
+        ours, theirs = socket.socketpair()
+        settings = {"slot": index, "namespaces": namespaces, "fallback_tmp": tempfile.gettempdir()}
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (read only if the monitor fails to start)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-E", "-s", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},  # nothing of ours leaks in
+            cwd="/",
+            start_new_session=True,  # Ctrl-C in the terminal reaches the parent, not the monitors
+        )
+        theirs.close()
+        self.sock = ours
+        self.buf = b""
+        self.hello: dict[str, Any] = {}
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        line = self.read_line(time.monotonic() + timeout)
+        self.hello = json.loads(line) if line else {}
+        if not self.hello.get("ready"):
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.stderr.seek(0)
+            why = self.stderr.read().decode(errors="replace")[-2000:]
+            self.kill()
+            raise SandboxError(f"sandbox worker failed to start: {why}")
+
+    def read_line(self, deadline: float) -> bytes | None:
+        """One line from the monitor; None on EOF or when the deadline passes."""
+        while b"\n" not in self.buf:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([self.sock], [], [], wait)[0]:
+                return None
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.stderr.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()  # the monitor reads EOF and exits
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
 class Sandbox:
     """A pool of sandboxed workers. Use as a context manager, or call close()."""
 
@@ -91,68 +160,47 @@ class Sandbox:
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.limits = limits
         self._namespaces = namespaces
+        self._free: queue.Queue[_Slot] = queue.Queue()
+        self._slots: list[_Slot] = []
         self._lock = threading.Lock()
-        self._slots: queue.Queue[int] = queue.Queue()
-        for i in range(self.workers):
-            self._slots.put(i)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._ctrl: socket.socket | None = None
         self.isolation = ""
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (the server's stderr, read if it fails to start)
+        self._started = False
         self._closed = False
         atexit.register(self.close)
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _start(self) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        settings = {"namespaces": self._namespaces, "fallback_tmp": tempfile.gettempdir()}
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-E", "-s", "-B", str(SERVER), str(child.fileno()), json.dumps(settings)],
-            pass_fds=[child.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self._stderr,
-            env=env,
-            cwd="/",
-            start_new_session=True,  # Ctrl-C in the terminal reaches us, not the server
-        )
-        child.close()
-        parent.settimeout(60)
-        try:
-            hello = json.loads(parent.recv(4096) or b"{}")
-        except (OSError, ValueError):
-            hello = {}
-        if not hello.get("ready"):
-            self._proc.kill()
-            self._stderr.seek(0)
-            raise SandboxError(
-                "sandbox server failed to start: " + self._stderr.read().decode(errors="replace")[-2000:]
-            )
-        parent.settimeout(None)
-        self._ctrl = parent
-        self.isolation = hello["isolation"]
-
     def start(self) -> Sandbox:
         with self._lock:
-            if self._ctrl is None:
-                self._start()
+            if self._started:
+                return self
+            if self._closed:
+                raise SandboxError("the sandbox is closed")
+            slots = [
+                _Slot(i, self._namespaces) for i in range(self.workers)
+            ]  # interpreters start in parallel
+            try:
+                for slot in slots:
+                    slot.wait_ready()
+            except SandboxError:
+                for slot in slots:
+                    slot.kill()
+                raise
+            self._slots = slots
+            for slot in slots:
+                self._free.put(slot)
+            self.isolation = slots[0].hello["isolation"]
+            self._started = True
         return self
 
     def close(self) -> None:
         with self._lock:
-            if self._ctrl is not None:
-                self._ctrl.close()
-                self._ctrl = None
-            if self._proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._proc.wait(timeout=5)
-                if self._proc.poll() is None:
-                    self._proc.kill()
-                    self._proc.wait()
-                self._proc = None
+            if self._closed:
+                return
             self._closed = True
+            for slot in self._slots:
+                slot.close()
+            self._slots = []
 
     def __enter__(self) -> Sandbox:
         return self.start()
@@ -160,50 +208,37 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _replace(self, slot: _Slot) -> _Slot:
+        """Kill a monitor that failed and start a fresh one in its place."""
+        slot.kill()
+        fresh = _Slot(slot.index, self._namespaces)
+        fresh.wait_ready()
+        with self._lock:
+            self._slots = [fresh if s is slot else s for s in self._slots]
+        return fresh
+
     # ------------------------------------------------------------------ jobs
 
-    def _dispatch(self, end: socket.socket) -> None:
-        """Hand one socket end to the server, restarting it once if it died."""
-        with self._lock:
-            for attempt in range(2):
-                if self._ctrl is None:
-                    self._start()
-                try:
-                    socket.send_fds(self._ctrl, [b"J"], [end.fileno()])  # type: ignore[arg-type]
-                    return
-                except OSError:
-                    if attempt:
-                        raise
-                    self._ctrl.close()  # type: ignore[union-attr]
-                    self._ctrl = None
-                    if self._proc is not None:
-                        self._proc.kill()
-                        self._proc.wait()
-
     def _run(self, job: dict[str, Any], limits: Limits) -> RunResult:
-        slot = self._slots.get()
-        ours, theirs = socket.socketpair()
+        if not self._started:
+            self.start()
+        slot = self._free.get()
         try:
-            job = dict(job, slot=slot, limits=asdict(limits))
+            if self._closed:
+                return RunResult([], internal_error="the sandbox is closed")
             try:
-                self._dispatch(theirs)
-            except (OSError, SandboxError) as e:
-                return RunResult([], internal_error=f"sandbox unavailable: {e}")
-            theirs.close()
-            ours.sendall((json.dumps(job, separators=(",", ":")) + "\n").encode())
-            # The monitor enforces the limits; this is only a safety net against a stuck monitor.
-            deadline = time.monotonic() + limits.cpu_s * limits.wall_factor + 30.0
-            data = bytearray()
-            while not data.endswith(b"\n"):
-                ours.settimeout(max(0.1, deadline - time.monotonic()))
-                try:
-                    chunk = ours.recv(1 << 20)
-                except TimeoutError:
-                    return RunResult([], internal_error="the sandbox monitor did not answer in time")
-                if not chunk:
-                    return RunResult([], internal_error="the sandbox monitor exited without a report")
-                data += chunk
-            report = json.loads(data)
+                slot.sock.sendall(
+                    (json.dumps(dict(job, limits=asdict(limits)), separators=(",", ":")) + "\n").encode()
+                )
+                # The monitor enforces the limits; this deadline only catches a monitor that hangs.
+                line = slot.read_line(time.monotonic() + limits.cpu_s * limits.wall_factor + 30.0)
+                if line is None:
+                    raise SandboxError("the sandbox worker stopped answering")
+                report = json.loads(line)
+            except (OSError, ValueError, SandboxError) as e:
+                if not self._closed:
+                    slot = self._replace(slot)
+                return RunResult([], internal_error=f"sandbox failure: {type(e).__name__}: {e}")
             return RunResult(
                 messages=report["messages"],
                 reason=report["reason"],
@@ -212,13 +247,8 @@ class Sandbox:
                 output=report["output"],
                 wall_s=report["wall_s"],
             )
-        except (OSError, ValueError, KeyError) as e:
-            return RunResult([], internal_error=f"sandbox failure: {type(e).__name__}: {e}")
         finally:
-            ours.close()
-            with contextlib.suppress(OSError):
-                theirs.close()
-            self._slots.put(slot)
+            self._free.put(slot)
 
     def run_calls(
         self, code: str, entry_point: str, calls: list[list[Any]], limits: Limits | None = None

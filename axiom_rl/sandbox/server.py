@@ -1,18 +1,21 @@
-"""The sandbox's process side: a fork server, a trusted monitor per job, and the untrusted child.
+"""The sandbox's process side: one long-lived monitor per worker slot, one fresh fork per job.
 
-Started by `axiom_rl.sandbox.pool.Sandbox` as `python -E -s -B server.py CTRL_FD SETTINGS`, with a
-scrubbed environment, in a session of its own. Stdlib only. The process tree of one job:
+Started by `axiom_rl.sandbox.pool.Sandbox` as `python -E -s -B server.py CHANNEL_FD SETTINGS`, once
+per worker slot, with a scrubbed environment, in a session of its own. Stdlib only.
 
     parent (trusted; holds the expected outputs, which never come here)
-      └─ zygote (main loop below: interpreter and common modules loaded once, then fork per job)
-           └─ monitor (trusted, one per job: reads the job, enforces limits, reports)
-                ├─ judge (assert-style tests only: runs the trusted test code; the candidate
-                │         function it calls is an RPC stub)
-                └─ candidate (untrusted: runs the submitted code, answers with plain data only)
+      └─ monitor, one per slot (this file's main loop: interpreter and common modules loaded
+         │  once; trusted; reads a job, enforces limits, reports, waits for the next job)
+         ├─ judge (per job, assert-style tests only: runs the trusted test code, in which the
+         │         candidate function is an RPC stub)
+         └─ candidate (per job, untrusted: a fresh fork in fresh namespaces; answers with plain
+                       data only, and is killed, with everything it started, at the end)
 
-The parent hands the zygote one end of a fresh socketpair per job; the forked monitor reads the
-job from it and writes the result back on it. See `axiom_rl/sandbox/__init__.py` for the policy:
-what is and is not covered.
+Untrusted code never runs in the monitor, so nothing of one submission reaches the next: each
+candidate is forked from the monitor's clean state. The monitor forks as little as possible
+(one process per job, two with a judge), because with a preloaded interpreter the cost of a job
+is mostly the kernel's work to fork and tear down a process. See `axiom_rl/sandbox/__init__.py`
+for the policy: what is and is not covered.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import ast
 import builtins
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import resource
@@ -93,6 +97,10 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
+def setns(fd: int, flags: int) -> None:
+    _check(_libc.setns(fd, flags), "setns")
+
+
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     def b(s: str | None) -> bytes | None:
         return None if s is None else s.encode()
@@ -144,65 +152,71 @@ class LineReader:
             msg = self.pop()
             if msg is not None or self.eof:
                 return msg
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.fd], [], [], wait)[0]:
-                return None
+            if deadline is not None:  # without a deadline, read() itself blocks: no select needed
+                wait = max(0.0, deadline - time.monotonic())
+                if not select.select([self.fd], [], [], wait)[0]:
+                    return None
             self.fill()
 
 
-# ------------------------------------------------------------------ isolating one process
+# ------------------------------------------------------------------ isolating the candidate
 
 
-def _covered_by(path: str, dirs: list[str]) -> bool:
-    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
-
-
-def _keep_python_visible(paths: list[str], covered: list[str]) -> None:
-    """Bind the interpreter's directories back where a tmpfs we mounted hid them (read-only)."""
-    for path in paths:
-        if _covered_by(path, covered):
-            fd = _PATH_FDS[path]
-            os.makedirs(path, exist_ok=True)
-            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-_PATH_FDS: dict[str, int] = {}
-
-
-def isolate(
-    cfg: dict, limits: dict, *, uid: int | None, namespaces: bool, new_pid_ns: bool, workdir: str
-) -> None:
-    """Make the calling, freshly forked process a sandboxed one."""
+def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
+    """Make the calling, freshly forked process a sandboxed one (it is init of a new pid
+    namespace when namespaces are on)."""
     os.setsid()
-    if namespaces:
-        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
+    if cfg["namespaces"]:
+        if cfg["slot_netns"] >= 0:
+            setns(cfg["slot_netns"], CLONE_NEWNET)  # the slot's empty network namespace (root mode)
+            os.close(cfg["slot_netns"])
+            unshare(CLONE_NEWNS | CLONE_NEWIPC)
+        else:
+            unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
-        # O_PATH handles on the interpreter's directories, taken before anything is covered.
-        for p in cfg["python_paths"]:
-            _PATH_FDS[p] = os.open(p, os.O_PATH | os.O_DIRECTORY)
+        # O_PATH handles on the interpreter's directories, taken before anything covers them.
+        handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in cfg["python_paths"]}
         covered = []
-        for d in SCRATCH_DIRS:
-            if os.path.isdir(d) and not os.path.islink(d):
-                mount(
-                    "tmpfs",
-                    d,
-                    "tmpfs",
-                    MS_NOSUID | MS_NODEV,
-                    f"size={limits['disk_mb']}m,nr_inodes=4096,mode=1777",
-                )
-                covered.append(d)
+        for d in cfg["scratch_dirs"]:
+            mount(
+                "tmpfs",
+                d,
+                "tmpfs",
+                MS_NOSUID | MS_NODEV,
+                f"size={limits['disk_mb']}m,nr_inodes=4096,mode=1777",
+            )
+            covered.append(d)
         if uid is not None:
             # An unprivileged uid cannot enter e.g. /root (mode 700) where pyenv lives: cover such
-            # directories with an empty tmpfs; the interpreter is bound back just below.
+            # directories with an empty tmpfs, then bind the interpreter back, read-only.
             for top in cfg["blocked_dirs"]:
                 mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
                 covered.append(top)
-        _keep_python_visible(cfg["python_paths"], covered)
-        for fd in _PATH_FDS.values():
+        for path, fd in handles.items():
+            if any(path == d or path.startswith(d.rstrip("/") + "/") for d in covered):
+                os.makedirs(path, exist_ok=True)
+                mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
             os.close(fd)
-        if new_pid_ns:
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # shows only our processes
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # shows only our processes
+    _limit(limits, nproc=uid is not None or not cfg["root"])
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid programs cannot raise privileges
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # set after setuid, which clears it
+    prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem from same-uid processes
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(
+        {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+    )
+    if not cfg["namespaces"]:
+        _install_audit_guard()
+
+
+def _limit(limits: dict, nproc: bool) -> None:
     mb = limits["memory_mb"] << 20
     cpu = int(limits["cpu_s"]) + 1
     for res, value in (
@@ -213,23 +227,9 @@ def isolate(
         (resource.RLIMIT_CORE, (0, 0)),
     ):
         resource.setrlimit(res, value)
-    if uid is not None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    if uid is not None or not cfg["root"]:
+    if nproc:
         # NPROC counts per uid (root is exempt): with a uid per slot it caps this submission alone.
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-    prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid programs cannot raise privileges
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # set after setuid, which clears it
-    prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem from same-uid processes
-    os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update(
-        {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
-    )
-    if not namespaces:
-        _install_audit_guard()
 
 
 def _install_audit_guard() -> None:
@@ -278,11 +278,37 @@ def _redirect_stdio(out_fd: int | None) -> None:
 
 
 class CallTimeout(BaseException):
-    """Raised inside the candidate when one call has used up its CPU time."""
+    """Raised inside the candidate when a call has used up its CPU time."""
 
 
 def _on_cpu_alarm(signum: int, frame: object) -> None:
     raise CallTimeout()
+
+
+class _Budget:
+    """CPU time for one submission: each call's timer gets at most what is left, so a run of
+    timing-out calls stops at the submission's limit, not at calls x per-call limit.
+
+    The time a call used is read back from the timer when it is disarmed (two syscalls a call).
+    """
+
+    def __init__(self, limits: dict) -> None:
+        self.call, self.left, self.armed = limits["call_timeout"], limits["cpu_s"], 0.0
+
+    def arm(self) -> bool:
+        self.armed = min(self.call, self.left)
+        if self.armed <= 0:
+            return False
+        signal.setitimer(signal.ITIMER_PROF, self.armed)
+        return True
+
+    def disarm(self) -> float:
+        """Stop the timer; returns the CPU seconds used since arm()."""
+        remaining = signal.setitimer(signal.ITIMER_PROF, 0)[0]
+        # The kernel rounds timers up to a clock tick: "remaining" may exceed what was armed.
+        used = self.armed if remaining == 0 else max(0.0, self.armed - remaining)
+        self.left -= used
+        return used
 
 
 def _kind(e: BaseException) -> str:
@@ -297,7 +323,7 @@ def _describe(e: BaseException) -> str:
     return (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)[:300]
 
 
-def _load(code: str, entry_point: str, call_timeout: float) -> tuple[object, dict, dict]:
+def _load(code: str, entry_point: str, budget: _Budget) -> tuple[object, dict, dict]:
     """Compile and run the submission: (its function or None, its namespace, a status message)."""
     signal.signal(signal.SIGPROF, _on_cpu_alarm)
     try:
@@ -307,52 +333,66 @@ def _load(code: str, entry_point: str, call_timeout: float) -> tuple[object, dic
     except (SyntaxError, ValueError, OverflowError, RecursionError) as e:
         return None, {}, {"load": "syntax_error", "error": _describe(e)}
     namespace: dict = {"__name__": "__submission__", "__builtins__": builtins}
-    signal.setitimer(signal.ITIMER_PROF, call_timeout)
+    budget.arm()
     try:
         exec(compiled, namespace)
     except BaseException as e:
-        signal.setitimer(signal.ITIMER_PROF, 0)
+        budget.disarm()
         return None, {}, {"load": _kind(e), "error": _describe(e)}
-    signal.setitimer(signal.ITIMER_PROF, 0)
+    budget.disarm()
     fn = namespace.get(entry_point)
     if not callable(fn):
         return None, {}, {"load": "runtime_error", "error": f"no function named {entry_point!r} is defined"}
     return fn, namespace, {"load": "ok"}
 
 
-def _call(fn: object, args: list, kwargs: dict, call_timeout: float) -> dict:
-    start = time.process_time()
-    signal.setitimer(signal.ITIMER_PROF, call_timeout)
+def _call(fn: object, args: list, kwargs: dict, budget: _Budget) -> dict:
+    if not budget.arm():
+        return {"ok": False, "kind": "timeout", "error": "the submission's CPU time is used up"}
     try:
         value = fn(*args, **kwargs)  # type: ignore[operator]
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        encoded = codec.encode(value)
-        json.dumps(encoded)  # e.g. an int too long to print fails here, not in send_line
+        cpu = budget.disarm()
+        # Serialised here, once: e.g. an int too long to print fails now, as this call's error.
+        encoded = json.dumps(codec.encode(value), separators=(",", ":"))
     except (codec.EncodeError, ValueError, OverflowError) as e:
-        signal.setitimer(signal.ITIMER_PROF, 0)
+        budget.disarm()
         return {"ok": False, "kind": "runtime_error", "error": f"result cannot be returned: {e}"[:300]}
     except BaseException as e:
-        signal.setitimer(signal.ITIMER_PROF, 0)
+        budget.disarm()
         return {"ok": False, "kind": _kind(e), "error": _describe(e), "exc": type(e).__name__}
-    return {"ok": True, "value": encoded, "cpu": round(time.process_time() - start, 6)}
+    return {"ok": True, "value": _Raw(encoded), "cpu": round(cpu, 6)}
+
+
+class _Raw(str):
+    """Already-serialised JSON, spliced into a message as it is."""
+
+
+def _send_result(fd: int, result: dict) -> None:
+    raw = result.pop("value", None)
+    text = json.dumps(result, separators=(",", ":"))
+    if raw is not None:
+        text = text[:-1] + ',"value":' + raw + "}"
+    view = memoryview((text + "\n").encode())
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def candidate_io(job: dict, out_fd: int) -> None:
     """Run the submission on each input in turn, one result line per call."""
-    timeout = job["limits"]["call_timeout"]
-    fn, _, status = _load(job["code"], job["entry_point"], timeout)
+    budget = _Budget(job["limits"])
+    fn, _, status = _load(job["code"], job["entry_point"], budget)
     send_line(out_fd, status)
     if fn is None:
         return
     for i, args in enumerate(job["calls"]):
-        send_line(out_fd, dict(_call(fn, args, {}, timeout), i=i))
+        _send_result(out_fd, dict(_call(fn, args, {}, budget), i=i))
     send_line(out_fd, {"done": True})
 
 
 def candidate_rpc(job: dict, sock_fd: int) -> None:
     """Answer the judge's calls: each request carries arguments, each reply a value or an error."""
-    timeout = job["limits"]["call_timeout"]
-    fn, namespace, status = _load(job["code"], job["entry_point"], timeout)
+    budget = _Budget(job["limits"])
+    fn, namespace, status = _load(job["code"], job["entry_point"], budget)
     send_line(sock_fd, status)
     if fn is None:
         return
@@ -371,7 +411,7 @@ def candidate_rpc(job: dict, sock_fd: int) -> None:
         except Exception as e:
             send_line(sock_fd, {"ok": False, "kind": "runtime_error", "error": f"bad arguments: {e}"[:300]})
             continue
-        send_line(sock_fd, _call(fn, list(args), dict(kwargs), timeout))
+        _send_result(sock_fd, _call(fn, list(args), dict(kwargs), budget))
 
 
 # ------------------------------------------------------------------ the judge (trusted test code)
@@ -447,8 +487,38 @@ def instrument(test_code: str) -> tuple[object, int]:
     return compile(ast.fix_missing_locations(tree), "<tests>", "exec"), count
 
 
-def judge(job: dict, sock_fd: int, out_fd: int) -> None:
-    """Run the trusted test code against the candidate and report how many tests passed."""
+_INSTRUMENTED: dict[str, tuple[object, int]] = {}
+_COMPILED_PRELUDES: dict[str, object] = {}
+
+
+def judge_loop(channel: int) -> None:
+    """The judge process of a slot: forked once, it runs one job's test code at a time.
+
+    Each job arrives as a JSON line with the candidate's socket attached (SCM_RIGHTS); the answer
+    goes back as one line. Test code runs in a fresh namespace per job; its compiled, instrumented
+    form is cached, since the same problems come back every training step.
+    """
+    sock = socket.socket(fileno=channel)
+    buf, fds = b"", []
+    while True:
+        msg, got, _, _ = socket.recv_fds(sock, 1 << 20, 1)
+        if not msg:
+            return
+        buf, fds = buf + msg, fds + got
+        if not buf.endswith(b"\n"):
+            continue
+        job = json.loads(buf)
+        try:
+            report = judge(job, fds[0])
+        finally:
+            for fd in fds:
+                os.close(fd)
+        buf, fds = b"", []
+        send_line(channel, report)
+
+
+def judge(job: dict, sock_fd: int) -> dict:
+    """Run the trusted test code against the candidate; return how many tests passed."""
     limits = job["limits"]
     wall = limits["call_timeout"] * limits["wall_factor"] + 1.0
     reader = LineReader(sock_fd, limits["result_mb"] << 20)
@@ -466,8 +536,7 @@ def judge(job: dict, sock_fd: int, out_fd: int) -> None:
         status = (
             status if isinstance(status, dict) else {"load": "runtime_error", "error": "malformed status"}
         )
-        send_line(out_fd, {"load": str(status.get("load")), "error": str(status.get("error", ""))[:300]})
-        return
+        return {"load": str(status.get("load")), "error": str(status.get("error", ""))[:300]}
     stub = CandidateStub(sock_fd, reader, wall)
     outcomes: dict[int, str] = {}
 
@@ -480,15 +549,22 @@ def judge(job: dict, sock_fd: int, out_fd: int) -> None:
             outcomes[i] = _describe(exc)
 
     try:
-        code, total = instrument(job["test_code"])
+        if job["test_code"] not in _INSTRUMENTED:
+            if len(_INSTRUMENTED) > 4096:
+                _INSTRUMENTED.clear()
+            _INSTRUMENTED[job["test_code"]] = instrument(job["test_code"])
+        code, total = _INSTRUMENTED[job["test_code"]]
     except SyntaxError as e:
-        send_line(out_fd, {"load": "ok", "internal": f"the test code does not parse: {e}"})
-        return
+        return {"load": "ok", "internal": f"the test code does not parse: {e}"}
     namespace: dict = {"__name__": "__tests__", "__axiom_record__": record, "__builtins__": builtins}
     aborted = ""
     try:
         if job.get("prelude"):
-            exec(compile(job["prelude"], "<prelude>", "exec"), namespace)
+            if job["prelude"] not in _COMPILED_PRELUDES:
+                if len(_COMPILED_PRELUDES) > 4096:
+                    _COMPILED_PRELUDES.clear()
+                _COMPILED_PRELUDES[job["prelude"]] = compile(job["prelude"], "<prelude>", "exec")
+            exec(_COMPILED_PRELUDES[job["prelude"]], namespace)
         namespace[job["entry_point"]] = stub
         exec(code, namespace)
         if callable(namespace.get("check")):
@@ -498,20 +574,17 @@ def judge(job: dict, sock_fd: int, out_fd: int) -> None:
     if total == 0:  # nothing to count: passing means the tests ran to the end
         total, outcomes = 1, {0: aborted}
     failures = [outcomes.get(i, aborted or "not reached") for i in range(total)]
-    send_line(
-        out_fd,
-        {
-            "load": "ok",
-            "passed": sum(1 for f in failures if not f),
-            "total": total,
-            "errors": [f for f in failures if f][:5],
-            "aborted": aborted,
-            "candidate": stub.dead,
-        },
-    )
+    return {
+        "load": "ok",
+        "passed": sum(1 for f in failures if not f),
+        "total": total,
+        "errors": [f for f in failures if f][:5],
+        "aborted": aborted,
+        "candidate": stub.dead,
+    }
 
 
-# ------------------------------------------------------------------ the monitor (trusted, one per job)
+# ------------------------------------------------------------------ one job
 
 
 def _fork(fn, *args) -> int:  # type: ignore[no-untyped-def]
@@ -547,69 +620,41 @@ def _kill(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
-def _enter_user_ns() -> None:
-    """Non-root: become root of a new user namespace, which then owns the other namespaces."""
-    uid, gid = os.getuid(), os.getgid()
-    unshare(CLONE_NEWUSER)
-    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
-
-
-def monitor(conn_fd: int, cfg: dict) -> None:
+def run_job(job: dict, cfg: dict) -> dict:
     start = time.monotonic()
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    job = LineReader(conn_fd).read(30.0)
-    if not isinstance(job, dict):
-        return
-    slot, limits, mode = int(job.get("slot", 0)), job["limits"], job["mode"]
-    namespaces = cfg["namespaces"]
-    uid_c = cfg["uid_base"] + slot if cfg["drop_uid"] else None
-    uid_j = cfg["uid_base"] + 1000 + slot if cfg["drop_uid"] else None
+    limits, mode = job["limits"], job["mode"]
+    uid = cfg["uid"]
     workdir = "/tmp"
-    if not namespaces:  # weak mode: a private directory on disk, removed afterwards
+    if not cfg["namespaces"]:  # weak mode: a private directory on disk, removed afterwards
         workdir = tempfile.mkdtemp(prefix="axiom-sbx-", dir=cfg["fallback_tmp"])
-        if uid_c is not None:
-            os.chown(workdir, uid_c, uid_c)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
     out_r, out_w = os.pipe()
-    res_r, res_w = os.pipe()
-    judge_pid = None
     if mode == "assert":
-        judge_sock, cand_sock = socket.socketpair()
-        j_fd, c_fd = judge_sock.detach(), cand_sock.detach()
-
-        def run_judge() -> None:
-            _keep_only_fds([j_fd, res_w])
-            _redirect_stdio(None)
-            # Forked before the user namespace below, so without root it cannot unshare: the
-            # judge runs trusted code and the candidate cannot see it (separate pid namespace).
-            isolate(
-                cfg,
-                dict(limits, nproc=max(4, limits["nproc"])),
-                uid=uid_j,
-                namespaces=namespaces and cfg["root"],
-                new_pid_ns=False,
-                workdir="/tmp" if namespaces and cfg["root"] else workdir,
-            )
-            judge(job, j_fd, res_w)
-
-        judge_pid = _fork(run_judge)
-        os.close(j_fd)
-        os.close(res_w)
-    if namespaces:
-        if not cfg["root"]:
-            _enter_user_ns()
-        unshare(CLONE_NEWPID)  # the candidate becomes init of a pid namespace of its own
+        judge_end, channel = (s.detach() for s in socket.socketpair())
+        judge_chan = cfg["judge"].channel
+        data = json.dumps(job, separators=(",", ":")).encode() + b"\n"
+        socket.send_fds(judge_chan, [data[:1]], [judge_end])  # the socket rides on the first byte
+        judge_chan.sendall(data[1:])
+        os.close(judge_end)
+        res_r = os.dup(judge_chan.fileno())  # the judge's answer arrives here
+    else:
+        res_r, channel = os.pipe()
 
     def run_candidate() -> None:
-        channel = c_fd if mode == "assert" else res_w
-        _keep_only_fds([channel, out_w])
+        _keep_only_fds([channel, out_w, cfg["slot_netns"]])
         _redirect_stdio(out_w)
-        isolate(cfg, limits, uid=uid_c, namespaces=namespaces, new_pid_ns=namespaces, workdir=workdir)
-        (candidate_rpc if mode == "assert" else candidate_io)(job, channel)
+        isolate(cfg, limits, uid, workdir)
+        (candidate_io if mode == "io" else candidate_rpc)(job, channel)
 
-    cand_pid = _fork(run_candidate)
-    os.close(c_fd if mode == "assert" else res_w)
+    if cfg["namespaces"]:
+        unshare(CLONE_NEWPID)  # the candidate becomes init of a pid namespace of its own...
+    try:
+        cand_pid = _fork(run_candidate)
+    finally:
+        if cfg["namespaces"]:
+            setns(cfg["own_pid_ns"], CLONE_NEWPID)  # ...and our next children are ours again
+    os.close(channel)
     os.close(out_w)
 
     # Watch result lines, output volume, per-call progress and the wall clock. CPU time is capped
@@ -661,25 +706,107 @@ def monitor(conn_fd: int, cfg: dict) -> None:
     _kill(cand_pid)
     exit_info = _reap(cand_pid)
     judge_exit = None
-    if judge_pid is not None:
-        _kill(judge_pid)
-        judge_exit = _reap(judge_pid)
-    if not namespaces:
+    if mode == "assert" and not finished:
+        # The judge did not answer in time (or its channel broke): it may still be running the
+        # tests. Start a fresh one; the report says the candidate's fate, as usual.
+        judge_exit = cfg["judge"].restart(cfg)
+    os.close(res_r)
+    os.close(out_r)
+    if not cfg["namespaces"]:
         shutil.rmtree(workdir, ignore_errors=True)
-    send_line(
-        conn_fd,
-        {
-            "messages": messages,
-            "reason": reason,
-            "exit": exit_info,
-            "judge_exit": judge_exit,
-            "output": output[:2000].decode("utf-8", "replace"),
-            "wall_s": round(time.monotonic() - start, 6),
-        },
-    )
+    return {
+        "messages": messages,
+        "reason": reason,
+        "exit": exit_info,
+        "judge_exit": judge_exit,
+        "output": output[:2000].decode("utf-8", "replace"),
+        "wall_s": round(time.monotonic() - start, 6),
+    }
 
 
-# ------------------------------------------------------------------ the zygote
+# ------------------------------------------------------------------ the monitor's start and loop
+
+
+class Judge:
+    """The slot's judge process (trusted test code), forked from the monitor before any job."""
+
+    def __init__(self, cfg: dict) -> None:
+        self.channel, self.pid = self._spawn(cfg)
+
+    @staticmethod
+    def _spawn(cfg: dict) -> tuple[socket.socket, int]:
+        ours, theirs = socket.socketpair()
+
+        def run() -> None:
+            # The monitor's identity, so whatever the tests import loads as it would anywhere; its
+            # own session; generous fixed limits (each job's time is enforced by the monitor).
+            # The candidate cannot see it: they live in different pid namespaces.
+            _keep_only_fds([theirs.fileno()])
+            _redirect_stdio(None)
+            os.setsid()
+            _limit(cfg["judge_limits"], nproc=False)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            prctl(PR_SET_DUMPABLE, 0)
+            judge_loop(theirs.fileno())
+
+        pid = _fork(run)
+        theirs.close()
+        return ours, pid
+
+    def restart(self, cfg: dict) -> dict:
+        with contextlib.suppress(OSError):
+            self.channel.close()
+        _kill(self.pid)
+        status = _reap(self.pid)
+        self.channel, self.pid = self._spawn(cfg)
+        return status
+
+
+def _slot_netns() -> int:
+    """An empty network namespace for this slot's candidates, created once (root mode)."""
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            unshare(CLONE_NEWNET)
+            os.write(ready_w, b"x")
+            os.read(done_r, 1)  # stay until the monitor holds a handle on the namespace
+        finally:
+            os._exit(0)
+    os.read(ready_r, 1)
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    os.write(done_w, b"x")
+    os.waitpid(pid, 0)
+    for end in (ready_r, ready_w, done_r, done_w):
+        os.close(end)
+    return fd
+
+
+def _enter_user_ns() -> None:
+    """Non-root: become root of a new user namespace, which then owns the other namespaces."""
+    uid, gid = os.getuid(), os.getgid()
+    unshare(CLONE_NEWUSER)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _become_init_of_own_namespaces() -> None:
+    """Non-root: enter a user namespace, once, and continue as init of a pid namespace it owns.
+
+    Every job's namespaces are then created inside it; and after each candidate the monitor may
+    setns() back to its own pid namespace, which needs privilege over that namespace's owner.
+    The process that started us stays behind as a thin wrapper that exits as we do.
+    """
+    _enter_user_ns()
+    unshare(CLONE_NEWPID)
+    pid = os.fork()
+    if pid:
+        _keep_only_fds([])  # the channel belongs to the monitor alone: EOF must reach it
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # if the wrapper is killed, so are we
 
 
 def _probe_namespaces(root: bool) -> bool:
@@ -711,14 +838,11 @@ def _blocked_dirs(paths: list[str]) -> list[str]:
     return sorted(tops)
 
 
-def main() -> None:
-    ctrl = socket.socket(fileno=int(sys.argv[1]))
-    settings = json.loads(sys.argv[2])
-    for name in PRELOAD:
-        with contextlib.suppress(ImportError):
-            __import__(name)
+def configure(settings: dict) -> tuple[dict, str]:
     root = os.geteuid() == 0
     namespaces = bool(settings.get("namespaces", True)) and _probe_namespaces(root)
+    if namespaces and not root:
+        _become_init_of_own_namespaces()
     paths = sorted(
         {
             os.path.realpath(p)
@@ -726,49 +850,55 @@ def main() -> None:
             if p and os.path.isdir(p)
         }
     )
-    # Keep only outermost directories: binding /a also brings /a/b along.
-    paths = [p for p in paths if not any(p.startswith(q + os.sep) for q in paths if q != p)]
+    paths = [p for p in paths if not any(p.startswith(q + os.sep) for q in paths if q != p)]  # outermost only
     cfg = {
         "root": root,
         "namespaces": namespaces,
-        "drop_uid": root,
-        "uid_base": int(settings.get("uid_base", 61000)),
+        "uid": int(settings.get("uid_base", 61000)) + int(settings["slot"]) if root else None,
         "fallback_tmp": settings.get("fallback_tmp") or tempfile.gettempdir(),
         "python_paths": paths,
         "blocked_dirs": _blocked_dirs(paths) if root else [],
+        "scratch_dirs": [d for d in SCRATCH_DIRS if os.path.isdir(d) and not os.path.islink(d)],
+        "own_pid_ns": os.open("/proc/self/ns/pid", os.O_RDONLY) if namespaces else -1,
+        # Reused across jobs only as root: an unprivileged candidate cannot change anything in it,
+        # and every process of the previous job is dead before the slot runs the next one. In a
+        # user namespace the candidate would own it, so there each job gets a fresh one.
+        "slot_netns": _slot_netns() if namespaces and root else -1,
+        "judge_limits": {"memory_mb": 4096, "cpu_s": 10**6, "disk_mb": 64, "nproc": 64},
     }
+    cfg["judge"] = Judge(cfg)
+    who = (
+        "an unprivileged uid per worker"
+        if root
+        else ("the caller's uid (user namespace)" if namespaces else "the caller's uid")
+    )
     if namespaces:
-        who = "an unprivileged uid per worker" if root else "the caller's uid (user namespace)"
         mode = f"namespaces (pid, net, mount, ipc), private tmpfs, {who}, rlimits"
     else:
-        who = "an unprivileged uid per worker" if root else "the caller's uid"
         mode = f"WEAKER: no namespaces (the kernel refused); {who}, rlimits, audit hooks against sockets"
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel
-    ctrl.sendall(json.dumps({"ready": True, "isolation": mode, "namespaces": namespaces}).encode())
+    return cfg, mode
+
+
+def main() -> None:
+    channel = int(sys.argv[1])
+    settings = json.loads(sys.argv[2])
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+    cfg, mode = configure(settings)
+    # Everything loaded so far is shared with every fork: keep the collector off those pages.
+    gc.collect()
+    gc.freeze()
+    send_line(channel, {"ready": True, "isolation": mode, "namespaces": cfg["namespaces"]})
+    jobs = LineReader(channel, 1 << 30)
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(ctrl, 16, 4)
-        except InterruptedError:
-            continue
-        except OSError:
+            job = jobs.read(None)
+        except ValueError:
             break
-        if not msg:
+        if job is None:
             break  # the parent went away
-        for fd in fds:
-            if os.fork() == 0:
-                code = 0
-                try:
-                    ctrl.close()
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    for other in fds:
-                        if other != fd:
-                            os.close(other)
-                    monitor(fd, cfg)
-                except BaseException:
-                    code = 70
-                finally:
-                    os._exit(code)
-            os.close(fd)
+        send_line(channel, run_job(job, cfg))
 
 
 if __name__ == "__main__":

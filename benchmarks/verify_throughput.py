@@ -1,0 +1,262 @@
+"""Verification throughput: axiom-rl's sandbox pool vs the reference HumanEval harness approach.
+
+Workloads, each run by both sides in the same invocation, alternating A B A B:
+  (a) 1,000 mixed submissions of the built-in tasks: right, wrong, crashing, 5% infinite loops;
+  (b) the 164 HumanEval canonical solutions (from ../shared/data, if present).
+
+Baseline ("he-harness"): what openai/human-eval's execution.py does, implemented here: for each
+check a multiprocessing.Manager and one fresh multiprocessing.Process that exec()s
+prompt + completion + tests under a `reliability_guard`, driven by a thread pool with one thread
+per core. For (a), a submission's hidden tests become asserts in the check program (the simple
+approach; expected values are then inside the untrusted process, which axiom-rl never allows).
+
+Both sides use the same number of workers and the same per-submission time limit. The script
+also checks that both reach the same verdicts (pass or not) on every submission.
+
+    python benchmarks/verify_throughput.py [--rounds 3] [--mixed 1000] [--workers N] [--timeout 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import io
+import multiprocessing
+import os
+import platform
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from axiom_rl.sandbox import Sandbox  # noqa: E402
+from axiom_rl.tasks import CodeTask, generate_problems, get_task, task_names  # noqa: E402
+from axiom_rl.types import Problem  # noqa: E402
+from axiom_rl.verifier import verify_many  # noqa: E402
+
+HUMANEVAL = ROOT.parent / "shared" / "data" / "humaneval" / "HumanEval.jsonl"
+
+
+# ------------------------------------------------------------------------------ the baseline
+# After openai/human-eval human_eval/execution.py (MIT License, Copyright (c) OpenAI).
+
+
+class TimeoutException(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    def handler(signum, frame):
+        raise TimeoutException("Timed out!")
+
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.signal(signal.SIGALRM, handler)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+@contextlib.contextmanager
+def swallow_io():
+    stream = io.StringIO()
+    with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+        yield
+
+
+def reliability_guard(maximum_memory_bytes: int | None = None) -> None:
+    """Upstream's guard: disables destructive functions (not a security sandbox, as it says)."""
+    if maximum_memory_bytes is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (maximum_memory_bytes, maximum_memory_bytes))
+        resource.setrlimit(resource.RLIMIT_DATA, (maximum_memory_bytes, maximum_memory_bytes))
+    faulthandler.disable()
+    import builtins
+    import shutil
+    import subprocess
+
+    builtins.exit = None
+    builtins.quit = None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
+                 "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
+                 "chroot", "lchown", "getcwd", "chdir"):  # fmt: skip
+        setattr(os, name, None)
+    shutil.rmtree = None
+    shutil.move = None
+    shutil.chown = None
+    subprocess.Popen = None
+    sys.modules["ipdb"] = None
+    sys.modules["joblib"] = None
+    sys.modules["resource"] = None
+    sys.modules["psutil"] = None
+    sys.modules["tkinter"] = None
+
+
+def _unsafe_execute(program: str, timeout: float, result) -> None:  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory() as dirname:
+        rmtree, rmdir, chdir = __import__("shutil").rmtree, os.rmdir, os.chdir
+        os.chdir(dirname)
+        reliability_guard()
+        try:
+            with swallow_io(), time_limit(timeout):
+                exec(program, {})
+            result.append("passed")
+        except TimeoutException:
+            result.append("timed out")
+        except BaseException as e:
+            result.append(f"failed: {e}")
+        __import__("shutil").rmtree, os.rmdir, os.chdir = rmtree, rmdir, chdir
+        os.chdir("/")
+
+
+def harness_check(program: str, timeout: float) -> bool:
+    manager = multiprocessing.Manager()
+    result = manager.list()
+    p = multiprocessing.Process(target=_unsafe_execute, args=(program, timeout, result))
+    p.start()
+    p.join(timeout=timeout + 1)
+    if p.is_alive():
+        p.kill()
+    passed = bool(result) and result[0] == "passed"
+    manager.shutdown()
+    return passed
+
+
+def run_harness(programs: list[str], workers: int, timeout: float) -> list[bool]:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda prog: harness_check(prog, timeout), programs))
+
+
+# ------------------------------------------------------------------------------ workloads
+
+
+def _mutations(problem: Problem, kind: str) -> str:
+    ep, ref = problem.entry_point, problem.reference_solution
+    if kind == "right":
+        return ref
+    if kind == "wrong":  # a plausible bug: the right function, off by a little
+        return f"{ref}\n_reference = {ep}\ndef {ep}(*args):\n    out = _reference(*args)\n    return out + 1 if isinstance(out, int) and not isinstance(out, bool) else out[:-1] if out else None\n"
+    if kind == "crash":
+        return f"def {ep}(*args):\n    return args[0][10**9]\n"
+    if kind == "syntax":
+        return f"def {ep}(*args)\n    return 0\n"
+    if kind == "loop":
+        return f"def {ep}(*args):\n    while True:\n        pass\n"
+    raise ValueError(kind)
+
+
+def mixed_workload(n: int, seed: int = 0) -> list[tuple[Problem, str]]:
+    rng = random.Random(seed)
+    names = [t for t in task_names(generatable=True) if isinstance(get_task(t), CodeTask)]
+    pool = [p for t in names for d in (1, 3, 5, 7, 10) for p in generate_problems(t, d, 2, seed=seed)]
+    kinds = ["right"] * 50 + ["wrong"] * 25 + ["crash"] * 12 + ["syntax"] * 8 + ["loop"] * 5
+    items = []
+    for i in range(n):
+        problem = rng.choice(pool)
+        items.append((problem, _mutations(problem, kinds[i % len(kinds)])))
+    rng.shuffle(items)
+    return items
+
+
+def harness_program_for(problem: Problem, code: str) -> str:
+    """The simple approach: the hidden tests become asserts in the submission's own process,
+    judged by the same checkers axiom-rl uses (imported there, since the process is forked)."""
+    if problem.test_code:
+        prompt = problem.metadata.get("prelude", "")
+        body = code[len(prompt) :] if code.startswith(prompt) else code
+        return f"{prompt}{body}\n{problem.test_code}\ncheck({problem.entry_point})\n"
+    lines = [code, "from axiom_rl.tasks.checkers import run_checker as _check"]
+    for t in problem.tests:
+        args = list(t.args)
+        lines.append(
+            f"assert _check({problem.checker!r}, {args!r}, {t.expected!r}, {problem.entry_point}(*{args!r}))[0]"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ driver
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3, help="A/B repetitions (medians and ranges are reported)")
+    ap.add_argument("--mixed", type=int, default=1000, help="size of workload (a)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--timeout", type=float, default=2.0, help="seconds per submission, both sides")
+    args = ap.parse_args()
+
+    from axiom_rl.tasks.importers import import_humaneval
+
+    workloads = {"mixed built-in (a)": mixed_workload(args.mixed)}
+    if HUMANEVAL.exists():
+        he = import_humaneval(HUMANEVAL)
+        workloads["HumanEval canonical (b)"] = [(p, p.reference_solution) for p in he]
+    else:
+        print(f"note: {HUMANEVAL} not found; workload (b) skipped")
+
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(
+        f"workers {args.workers}, timeout {args.timeout}s per submission, {args.rounds} rounds alternating A/B\n"
+    )
+    sandbox = Sandbox(workers=args.workers).start()
+    print(f"axiom-rl sandbox: {sandbox.isolation}\n")
+    results = {}
+    for name, items in workloads.items():
+        problems = [p for p, _ in items]
+        codes = [c for _, c in items]
+        programs = [harness_program_for(p, c) for p, c in items]
+        ours_t, base_t = [], []
+        agree = True
+        fenced = [f"```python\n{c}\n```" for c in codes]
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            verdicts = verify_many(problems, fenced, sandbox, timeout=args.timeout)
+            ours_t.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            passed = run_harness(programs, args.workers, args.timeout)
+            base_t.append(time.perf_counter() - start)
+            ours_pass = [v.ok for v in verdicts]
+            agree = agree and ours_pass == passed
+        n = len(items)
+        ours_rate = [n / t for t in ours_t]
+        base_rate = [n / t for t in base_t]
+        ratio = [a / b for a, b in zip(ours_rate, base_rate)]
+        results[name] = {
+            "n": n,
+            "axiom_per_s": statistics.median(ours_rate),
+            "axiom_range": (min(ours_rate), max(ours_rate)),
+            "harness_per_s": statistics.median(base_rate),
+            "harness_range": (min(base_rate), max(base_rate)),
+            "ratio": statistics.median(ratio),
+            "ratio_range": (min(ratio), max(ratio)),
+            "passed": sum(ours_pass),
+            "agree": agree,
+        }
+    sandbox.close()
+
+    print(
+        f"{'workload':<26} {'n':>5}  {'axiom-rl /s (range)':>24}  {'he-harness /s (range)':>24}  {'ratio (range)':>18}  passed  same verdicts"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:<26} {r['n']:>5}  {r['axiom_per_s']:>9.1f} ({r['axiom_range'][0]:.1f}-{r['axiom_range'][1]:.1f})"
+            f"  {r['harness_per_s']:>9.1f} ({r['harness_range'][0]:.1f}-{r['harness_range'][1]:.1f})"
+            f"  {r['ratio']:>6.2f}x ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})  {r['passed']:>6}  {r['agree']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
