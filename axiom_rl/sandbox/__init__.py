@@ -1,15 +1,19 @@
 """The sandbox: the only part of axiom-rl that starts processes. Its security policy.
 
-Model-written code is untrusted. It runs in a separate process, forked from a pre-started
-server (server.py) so a verification does not pay interpreter start-up, and it can only hand
-back *plain data*; every judgement is made outside it.
+Model-written code is untrusted. It runs in a fresh process per submission, forked from a
+long-lived monitor per worker slot (server.py) so a verification does not pay interpreter
+start-up, and it can only hand back *plain data*; every judgement is made outside it. Untrusted
+code never runs in the monitor, so nothing of one submission can reach the next.
 
 What is covered (tests/test_sandbox.py checks each item adversarially):
 - Isolation, when the kernel allows namespaces (always as root; without root, through an
-  unprivileged user namespace): fresh pid, network, mount and IPC namespaces per submission.
-  No network (only a downed loopback). It sees only its own processes, as init of its pid
-  namespace, so killing it at the end kills everything it started, daemons that called setsid
-  included. /tmp, /var/tmp, /dev/shm and /run/lock are private tmpfs mounts that vanish with it.
+  unprivileged user namespace): fresh pid, mount and IPC namespaces per submission, and a
+  network namespace with nothing in it but a downed loopback (as root, one per worker slot,
+  reused: an unprivileged submission cannot change it, and the previous one's processes are
+  all dead; in a user namespace a fresh one per submission, since there it could). It sees
+  only its own processes, as init of its pid namespace, so killing it at the end kills
+  everything it started, daemons that called setsid included. /tmp, /var/tmp, /dev/shm and
+  /run/lock are private tmpfs mounts that vanish with it.
 - Identity: started as root, each worker slot runs submissions as a uid of its own (61000+slot),
   so a submission can neither write the parent's files, nor signal other processes, nor exceed
   its process limit through another slot. Directories others cannot enter (pyenv under /root)
@@ -25,9 +29,10 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   the base type's own methods, so an `__eq__` that is always True never reaches a comparison.
   Expected values never enter the sandbox: comparison (and checkers) run in the trusted parent.
 - Assert-style tests (HumanEval `check(candidate)`, MBPP asserts) run in a separate *judge*
-  process (its own uid and namespaces); the candidate is an RPC stub there. Nothing the
-  candidate prints, writes to a descriptor, or does to its own process (sys.exit, os._exit,
-  signals) can produce a pass: the pass count comes from the judge after the tests ran.
+  process, where the candidate is an RPC stub. The candidate cannot see the judge (another
+  pid namespace) and shares no descriptor with it but the RPC socket. Nothing the candidate
+  prints, writes to a descriptor, or does to its own process (sys.exit, os._exit, signals) can
+  produce a pass: the pass count comes from the judge after the tests ran.
 - A submission that dies before reporting (exit, signal, kill) has failed the tests it did
   not report. One stuck submission costs its own limits on one worker, never the pool.
 
@@ -41,8 +46,10 @@ What is not covered:
 - Without namespaces (the kernel refuses them), isolation is weaker, and `Sandbox.isolation`
   says so: rlimits, a private directory, and Python audit hooks that refuse sockets,
   subprocesses and ctypes, which native code can get around.
-- Test code itself (HumanEval's `check`, MBPP's asserts) is trusted input: it runs in the
-  judge with the same limits, but is not defended against.
+- Test code itself (HumanEval's `check`, MBPP's asserts) is trusted input: the judge runs it
+  with memory and file limits but with the monitor's identity and no namespaces of its own
+  (so that whatever tests import loads as anywhere), in a fresh namespace dict per job but a
+  process that lives across jobs. Do not verify against test code you do not trust.
 """
 
 from .pool import DEFAULT_LIMITS, Limits, RunResult, Sandbox, SandboxError, decode_value, default_sandbox
