@@ -1,0 +1,37 @@
+"""The GRPO family as pure tensor functions (DESIGN.md's API; docs/algorithms.md for the math).
+
+    from axiom_rl.algorithms import ADVANTAGES, LOSSES, compute_advantages, policy_loss
+
+Each registry maps a name to one function with one signature, so adding a variant is one
+decorated function and one test, and the trainer never branches on a name.
+"""
+
+from .advantages import (
+    ADVANTAGES,
+    AdvantageResult,
+    KalmanBaseline,
+    compute_advantages,
+    register_advantage,
+    zero_variance_groups,
+)
+from .aggregate import AGGREGATIONS, register_aggregation
+from .kl import KL_ESTIMATORS, register_kl
+from .losses import LOSSES, clipped_surrogate_loss, entropy_from_logits, policy_loss, register_loss
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "LOSSES",
+    "AdvantageResult",
+    "KalmanBaseline",
+    "clipped_surrogate_loss",
+    "compute_advantages",
+    "entropy_from_logits",
+    "policy_loss",
+    "register_advantage",
+    "register_aggregation",
+    "register_kl",
+    "register_loss",
+    "zero_variance_groups",
+]

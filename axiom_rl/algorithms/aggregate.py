@@ -1,0 +1,96 @@
+"""Loss aggregation: how per-token losses [B*G, T] become one scalar.
+
+This is exactly where GRPO, Dr. GRPO and DAPO differ, so it is a named choice of its own. Each
+mode is f(per_token_loss, mask, **params) -> scalar; `mask` is 1 on completion tokens.
+
+    grpo     mean over each sequence's tokens, then over sequences (DeepSeekMath, Shao et al.
+             2024). A token of a short sequence weighs more than one of a long sequence: a
+             length bias (long wrong answers are penalised less per token).
+    dr_grpo  sum over all tokens / (number of sequences x max_completion_length) (Dr. GRPO, Liu
+             et al. 2025, "Understanding R1-Zero-Like Training"). Every token weighs the same,
+             whatever its sequence's length; the constant keeps the scale independent of the
+             batch. The seeds saw it collapse at 1024 tokens (the effective step shrinks as
+             1/max_completion_length when completions are short).
+    dapo     sum over all tokens / number of completion tokens in the whole generation batch
+             (DAPO, Yu et al. 2025: "token-level policy gradient loss"). Pass `num_items`, the
+             token count over all micro-batches of an accumulation window, so that micro-batches
+             of different lengths weigh by their tokens; without it, the local count is used.
+    bnpo     sum over tokens / tokens in this micro-batch (TRL's "bnpo"): dapo normalised
+             locally; equal to dapo when there is one micro-batch.
+    hybrid   alpha * dr_grpo + (1 - alpha) * grpo, alpha = min(1, max_tokens / 512) by default,
+             max_tokens being the longest completion *in this batch* (the seeds' proposal).
+             While completions are short, dr_grpo's constant normaliser (the budget) would make
+             steps tiny -- the collapse the seeds saw at a 1024-token budget -- so the batch leans
+             on grpo; once completions grow long, it becomes dr_grpo, free of length bias.
+             Pass `hybrid_alpha` to fix alpha instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+Aggregation = Callable[..., torch.Tensor]
+AGGREGATIONS: dict[str, Aggregation] = {}
+HYBRID_REFERENCE_TOKENS = 512
+
+
+def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
+    def deco(fn: Aggregation) -> Aggregation:
+        AGGREGATIONS[name] = fn
+        return fn
+
+    return deco
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of x over the positions where mask is 1 (0 when there are none)."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+@register_aggregation("grpo")
+def sequence_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
+    per_sequence = (per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B*G]
+    return per_sequence.mean()
+
+
+@register_aggregation("dr_grpo")
+def constant_normalised(
+    per_token_loss: torch.Tensor, mask: torch.Tensor, max_completion_length: int | None = None, **_: Any
+) -> torch.Tensor:
+    length = max_completion_length or mask.shape[-1]
+    return (per_token_loss * mask).sum() / (per_token_loss.shape[0] * length)
+
+
+@register_aggregation("dapo")
+def token_mean(
+    per_token_loss: torch.Tensor, mask: torch.Tensor, num_items: float | torch.Tensor | None = None, **_: Any
+) -> torch.Tensor:
+    total = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=per_token_loss.dtype)
+    return (per_token_loss * mask).sum() / total.clamp(min=1.0)
+
+
+@register_aggregation("bnpo")
+def local_token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
+    return masked_mean(per_token_loss, mask)
+
+
+def default_hybrid_alpha(mask: torch.Tensor) -> float:
+    """min(1, longest completion in the batch / 512)."""
+    longest = float(mask.sum(-1).max()) if mask.numel() else 0.0
+    return min(1.0, longest / HYBRID_REFERENCE_TOKENS)
+
+
+@register_aggregation("hybrid")
+def hybrid(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    max_completion_length: int | None = None,
+    hybrid_alpha: float | None = None,
+    **_: Any,
+) -> torch.Tensor:
+    alpha = default_hybrid_alpha(mask) if hybrid_alpha is None else hybrid_alpha
+    dr = constant_normalised(per_token_loss, mask, max_completion_length)
+    return alpha * dr + (1 - alpha) * sequence_mean(per_token_loss, mask)

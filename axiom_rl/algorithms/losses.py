@@ -1,0 +1,235 @@
+"""Policy losses: f(logprobs, old_logprobs, ref_logprobs, advantages, mask, **params) -> (loss, metrics).
+
+Shapes: logprobs, old_logprobs, ref_logprobs, mask: [B*G, T] (log-probs of the sampled
+completion tokens; mask 1 on completion tokens); advantages: [B*G]. `ref_logprobs` may be None
+when beta == 0. Losses never see a model, so every variant is testable on plain tensors.
+
+All variants share the clipped surrogate of PPO (Schulman et al. 2017) as GRPO uses it:
+
+    ratio_t  = exp(logprobs_t - old_logprobs_t)                       (token level), or
+    ratio    = exp(mean_t(logprobs_t - old_logprobs_t))               (sequence level, GSPO)
+    loss_t   = -min(ratio_t * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A)
+               [dual clip c: for A < 0, loss_t = min(loss_t, -c * A)]  (Ye et al. 2020)
+             + beta * KL_t(pi_theta || pi_ref)                         (kl.py: k1, k2, k3)
+
+and differ in how per-token losses are aggregated (aggregate.py) and where the ratio lives:
+
+    grpo     per-sequence token mean, then mean over sequences          DeepSeekMath
+    dr_grpo  token sum / (sequences x max_completion_length)           Dr. GRPO
+    dapo     token sum / tokens in the generation batch; use with      DAPO
+             clip_eps_high > clip_eps ("clip-higher", e.g. 0.2 / 0.28)
+    bnpo     token sum / tokens in this micro-batch                    TRL's bnpo
+    hybrid   alpha * dr_grpo + (1 - alpha) * grpo                      the seeds
+    gspo     sequence-level ratio, clipped per sequence, grpo          GSPO (Zheng et al. 2025);
+             aggregation; use a small clip_eps (3e-4 / 4e-4)
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import UserError
+from .aggregate import AGGREGATIONS, masked_mean
+from .kl import KL_ESTIMATORS
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+LOSSES: dict[str, LossFn] = {}
+
+
+def register_loss(name: str) -> Callable[[LossFn], LossFn]:
+    def deco(fn: LossFn) -> LossFn:
+        LOSSES[name] = fn
+        return fn
+
+    return deco
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy [N, T] of logits [N, T, V]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def clipped_surrogate_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    ref_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    aggregation: str = "grpo",
+    importance_sampling: str = "token",
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    dual_clip: float | None = None,
+    beta: float = 0.04,
+    kl_estimator: str = "k3",
+    kl_bias_correction: bool = False,
+    max_completion_length: int | None = None,
+    num_items: float | torch.Tensor | None = None,
+    hybrid_alpha: float | None = None,
+    logits: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The shared body of every loss in LOSSES (see the module docstring).
+
+    old_logprobs None means on-policy (mu = 1): the ratio is 1 with the gradient of logprobs.
+    kl_bias_correction multiplies the KL estimate by the importance ratio, which makes it
+    unbiased when the samples came from the old policy (DeepSeek-V3.2; TRL's
+    `use_bias_correction_kl`, on by default in TRL 1.13). Off by default here, as in DeepSeekMath;
+    note that it changes the gradient even at ratio 1.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise UserError(
+            f"unknown aggregation {aggregation!r}; choose from: {', '.join(sorted(AGGREGATIONS))}"
+        )
+    if kl_estimator not in KL_ESTIMATORS:
+        raise UserError(
+            f"unknown KL estimator {kl_estimator!r}; choose from: {', '.join(sorted(KL_ESTIMATORS))}"
+        )
+    if importance_sampling not in ("token", "sequence"):
+        raise UserError(f"importance_sampling must be 'token' or 'sequence', got {importance_sampling!r}")
+    if beta != 0.0 and ref_logprobs is None:
+        raise ValueError("beta != 0 needs ref_logprobs")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise UserError(f"dual_clip must be > 1, got {dual_clip}")
+    mask = mask.to(logprobs.dtype)  # [B*G, T]
+    eps_low = clip_eps
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    old = logprobs.detach() if old_logprobs is None else old_logprobs
+    log_ratio = logprobs - old  # [B*G, T]
+    if importance_sampling == "sequence":
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # [B*G, 1]
+    ratio = torch.exp(log_ratio)  # [B*G, T] or [B*G, 1]
+    adv = advantages.unsqueeze(-1).to(logprobs.dtype)  # [B*G, 1]
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
+    per_token = -torch.min(unclipped, clipped)  # [B*G, T] or [B*G, 1]
+    if dual_clip is not None:
+        per_token = torch.where(adv < 0, torch.minimum(per_token, -dual_clip * adv), per_token)
+    per_token = per_token.expand_as(logprobs)  # [B*G, T]
+    kl = None
+    if beta != 0.0:
+        kl = KL_ESTIMATORS[kl_estimator](logprobs, ref_logprobs)  # [B*G, T]
+        if kl_bias_correction:
+            kl = kl * ratio
+        per_token = per_token + beta * kl
+    loss = AGGREGATIONS[aggregation](
+        per_token,
+        mask,
+        max_completion_length=max_completion_length,
+        num_items=num_items,
+        hybrid_alpha=hybrid_alpha,
+    )
+
+    with torch.no_grad():
+        r = ratio.detach().expand_as(logprobs)
+        low = ((r < 1 - eps_low) & (adv < 0)).to(mask.dtype)
+        high = ((r > 1 + eps_high) & (adv > 0)).to(mask.dtype)
+        valid = mask.bool()
+        metrics = {
+            "clip_frac_low": float(masked_mean(low, mask)),
+            "clip_frac_high": float(masked_mean(high, mask)),
+            "clip_frac": float(masked_mean(low + high, mask)),
+            "ratio_mean": float(masked_mean(r, mask)),
+            "ratio_min": float(r[valid].min()) if valid.any() else 1.0,
+            "ratio_max": float(r[valid].max()) if valid.any() else 1.0,
+            "kl": float(masked_mean(kl.detach(), mask)) if kl is not None else 0.0,
+        }
+        if logits is not None:
+            metrics["entropy"] = float(masked_mean(entropy_from_logits(logits.detach()), mask))
+    return loss, metrics
+
+
+def _variant(name: str, doc: str, **fixed: Any) -> LossFn:
+    def loss(
+        logprobs: torch.Tensor,
+        old_logprobs: torch.Tensor | None,
+        ref_logprobs: torch.Tensor | None,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        **params: Any,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return clipped_surrogate_loss(
+            logprobs, old_logprobs, ref_logprobs, advantages, mask, **{**params, **fixed}
+        )
+
+    loss.__name__ = f"{name}_loss"
+    loss.__doc__ = doc
+    return register_loss(name)(loss)
+
+
+_variant(
+    "grpo",
+    "Clipped surrogate, per-sequence token mean then mean over sequences (DeepSeekMath).",
+    aggregation="grpo",
+)
+_variant(
+    "dr_grpo",
+    "Clipped surrogate, token sum / (sequences x max_completion_length) (Dr. GRPO).",
+    aggregation="dr_grpo",
+)
+_variant(
+    "dapo",
+    "Clipped surrogate, token sum / generation-batch tokens; pair with clip-higher (DAPO).",
+    aggregation="dapo",
+)
+_variant("bnpo", "Clipped surrogate, token sum / micro-batch tokens (TRL's bnpo).", aggregation="bnpo")
+_variant(
+    "hybrid",
+    "Clipped surrogate, alpha * dr_grpo + (1 - alpha) * grpo (the seeds' proposal).",
+    aggregation="hybrid",
+)
+_variant(
+    "gspo",
+    "Sequence-level importance ratio, clipped per sequence, grpo aggregation (GSPO, Zheng et al. 2025).",
+    aggregation="grpo",
+    importance_sampling="sequence",
+)
+
+_SURROGATE_PARAMS = set(inspect.signature(clipped_surrogate_loss).parameters) - {
+    "logprobs",
+    "old_logprobs",
+    "ref_logprobs",
+    "advantages",
+    "mask",
+}
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    ref_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str = "grpo",
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    beta: float = 0.04,
+    max_completion_length: int | None = None,
+    **params: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss named `loss_type` (DESIGN.md's entry point). Defaults: clip 0.2 both sides, KL
+    coefficient 0.04 with the k3 estimator, grpo aggregation."""
+    if loss_type not in LOSSES:
+        raise UserError(f"unknown loss type {loss_type!r}; choose from: {', '.join(sorted(LOSSES))}")
+    unknown = set(params) - _SURROGATE_PARAMS
+    if unknown:
+        raise UserError(
+            f"policy loss does not take {', '.join(sorted(unknown))}; it takes: {', '.join(sorted(_SURROGATE_PARAMS))}"
+        )
+    return LOSSES[loss_type](
+        logprobs,
+        old_logprobs,
+        ref_logprobs,
+        advantages,
+        mask,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        beta=beta,
+        max_completion_length=max_completion_length,
+        **params,
+    )
