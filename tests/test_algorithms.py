@@ -126,7 +126,7 @@ def _loop_advantages(name, rewards, g):
     for grp in groups:
         m = sum(grp) / g
         sd = math.sqrt(sum((x - m) ** 2 for x in grp) / (g - 1))
-        for i, x in enumerate(grp):
+        for x in grp:
             if name == "grpo":
                 out.append((x - m) / (sd + 1e-4))
             elif name == "dr_grpo":
