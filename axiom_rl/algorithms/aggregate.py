@@ -23,6 +23,11 @@ mode is f(per_token_loss, mask, **params) -> scalar; `mask` is 1 on completion t
              steps tiny -- the collapse the seeds saw at a 1024-token budget -- so the batch leans
              on grpo; once completions grow long, it becomes dr_grpo, free of length bias.
              Pass `hybrid_alpha` to fix alpha instead.
+
+Micro-batches. With gradient accumulation each micro-batch's loss is aggregated on its own and
+the results are summed, so every mode takes the *whole* batch's counts: `num_sequences` (rows in
+the batch) and, for dapo, `num_items` (its tokens). With one micro-batch they default to the
+local counts and every mode reads as above.
 """
 
 from __future__ import annotations
@@ -51,17 +56,21 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @register_aggregation("grpo")
-def sequence_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
+def sequence_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, num_sequences: int | None = None, **_: Any) -> torch.Tensor:
     per_sequence = (per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B*G]
-    return per_sequence.mean()
+    return per_sequence.sum() / (num_sequences or per_token_loss.shape[0])
 
 
 @register_aggregation("dr_grpo")
 def constant_normalised(
-    per_token_loss: torch.Tensor, mask: torch.Tensor, max_completion_length: int | None = None, **_: Any
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    max_completion_length: int | None = None,
+    num_sequences: int | None = None,
+    **_: Any,
 ) -> torch.Tensor:
     length = max_completion_length or mask.shape[-1]
-    return (per_token_loss * mask).sum() / (per_token_loss.shape[0] * length)
+    return (per_token_loss * mask).sum() / ((num_sequences or per_token_loss.shape[0]) * length)
 
 
 @register_aggregation("dapo")
@@ -73,8 +82,11 @@ def token_mean(
 
 
 @register_aggregation("bnpo")
-def local_token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
-    return masked_mean(per_token_loss, mask)
+def local_token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, num_sequences: int | None = None, **_: Any) -> torch.Tensor:
+    # The micro-batch's token mean, weighted by its share of the batch's sequences (TRL divides
+    # by the number of accumulation steps: the same for equal micro-batches).
+    share = per_token_loss.shape[0] / (num_sequences or per_token_loss.shape[0])
+    return masked_mean(per_token_loss, mask) * share
 
 
 def default_hybrid_alpha(mask: torch.Tensor) -> float:
@@ -89,8 +101,9 @@ def hybrid(
     mask: torch.Tensor,
     max_completion_length: int | None = None,
     hybrid_alpha: float | None = None,
+    num_sequences: int | None = None,
     **_: Any,
 ) -> torch.Tensor:
     alpha = default_hybrid_alpha(mask) if hybrid_alpha is None else hybrid_alpha
-    dr = constant_normalised(per_token_loss, mask, max_completion_length)
-    return alpha * dr + (1 - alpha) * sequence_mean(per_token_loss, mask)
+    dr = constant_normalised(per_token_loss, mask, max_completion_length, num_sequences)
+    return alpha * dr + (1 - alpha) * sequence_mean(per_token_loss, mask, num_sequences)

@@ -71,6 +71,7 @@ def clipped_surrogate_loss(
     kl_bias_correction: bool = False,
     max_completion_length: int | None = None,
     num_items: float | torch.Tensor | None = None,
+    num_sequences: int | None = None,
     hybrid_alpha: float | None = None,
     logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -122,6 +123,7 @@ def clipped_surrogate_loss(
         mask,
         max_completion_length=max_completion_length,
         num_items=num_items,
+        num_sequences=num_sequences,
         hybrid_alpha=hybrid_alpha,
     )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from . import countdown, importers  # noqa: F401  (registers)
 from .base import PROMPT_STYLES, CodeTask, Task
 from .code import backtracking, basics, dp, graphs, strings  # noqa: F401  (registers)
-from .generate import SPLITS, generate_mixed, generate_problems, split_of
+from .generate import SPLITS, generate_mixed, generate_problems, iter_problems, split_of
 from .registry import TASKS, get_task, parse_task_list, register_task, task_names
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Task",
     "generate_mixed",
     "generate_problems",
+    "iter_problems",
     "get_task",
     "parse_task_list",
     "register_task",

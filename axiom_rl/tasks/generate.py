@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ..errors import UserError
 from ..types import Problem
@@ -47,28 +48,16 @@ def check_difficulty(task: Task, difficulty: int) -> None:
         )
 
 
-def generate_problems(
-    task: str | Task,
-    difficulty: int,
-    count: int,
-    seed: int = 0,
-    split: str = "train",
-    start: int = 0,
-) -> list[Problem]:
-    """Problems `start .. start+count-1` of the (task, difficulty, seed, split) sequence."""
+def iter_problems(task: str | Task, difficulty: int, seed: int = 0, split: str = "train") -> Iterator[Problem]:
+    """The endless (task, difficulty, seed, split) sequence, problem 0 first."""
     task = get_task(task) if isinstance(task, str) else task
     if not task.generatable:
-        raise UserError(
-            f"task {task.name!r} has no generator; its problems come from `axiom-rl problems import`"
-        )
+        raise UserError(f"task {task.name!r} has no generator; its problems come from `axiom-rl problems import`")
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; choose from: {', '.join(SPLITS)}")
-    if count < 0:
-        raise UserError(f"count must be >= 0, got {count}")
     check_difficulty(task, difficulty)
     seen: set[str] = set()
-    out: list[Problem] = []
-    for index in range(start + count):
+    for index in itertools.count():
         for draw in range(MAX_DRAWS):
             rng = random.Random(f"axiom-rl/{task.name}/d{difficulty}/s{seed}/{split}/{index}/{draw}")
             problem = task.generate(rng, difficulty)
@@ -81,9 +70,21 @@ def generate_problems(
                 f"task {task.name!r} at difficulty {difficulty} ran out of distinct {split} problems "
                 f"after {index} (ask for fewer)"
             )
-        if index >= start:
-            out.append(dataclasses.replace(problem, id=problem_id(task.name, difficulty, seed, index, split)))
-    return out
+        yield dataclasses.replace(problem, id=problem_id(task.name, difficulty, seed, index, split))
+
+
+def generate_problems(
+    task: str | Task,
+    difficulty: int,
+    count: int,
+    seed: int = 0,
+    split: str = "train",
+    start: int = 0,
+) -> list[Problem]:
+    """Problems `start .. start+count-1` of the (task, difficulty, seed, split) sequence."""
+    if count < 0:
+        raise UserError(f"count must be >= 0, got {count}")
+    return list(itertools.islice(iter_problems(task, difficulty, seed, split), start, start + count))
 
 
 def generate_mixed(

@@ -1,0 +1,251 @@
+"""Typed configuration: one dataclass per command, a docstring per field, YAML + CLI overrides.
+
+The resolved object is exactly what runs and what is saved (run_dir/config.json): there is no
+second copy of a value anywhere. A YAML file overrides the dataclass defaults; command-line
+options override the YAML. CLI options are generated from the fields (cli.py), so the help text
+is these docstrings.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+import typing
+from dataclasses import dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UserError
+
+
+@dataclass
+class TrainConfig:
+    # -- model ------------------------------------------------------------------------------
+    model: str = "tiny"
+    """'tiny' (the built-in model), a local model directory, or a Hugging Face hub name."""
+    tiny_size: str = "tiny"
+    """Size of the built-in model: nano, micro, tiny (~3M parameters) or small."""
+    finetune: str = "auto"
+    """'lora', 'full', or 'auto' (full for the built-in model, LoRA for others)."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA alpha (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    lora_target_modules: str = "all-linear"
+    """Modules to adapt: 'all-linear' or a comma-separated list (q_proj,v_proj,...)."""
+    merge: bool = False
+    """With LoRA: save final_model with the adapter merged into the weights."""
+    dtype: str = "auto"
+    """fp32, bf16, fp16, or auto (bf16 on a GPU that supports it, else fp32)."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N, or auto."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more time)."""
+    # -- problems ---------------------------------------------------------------------------
+    tasks: list[str] = field(default_factory=lambda: ["countdown"])
+    """Tasks to train on (names from `axiom-rl problems list`)."""
+    difficulty: str = "1"
+    """A difficulty (5) or an inclusive range (1-3) to draw problems from."""
+    prompt_style: str = "auto"
+    """'full', 'compact' (short prompts for character-level models) or auto (compact for the
+    built-in model)."""
+    chat_template: str = "auto"
+    """Wrap prompts with the tokenizer's chat template: on, off, or auto (when it has one)."""
+    rewards: str = "auto"
+    """Reward components 'name:weight,...' (rewards.py), or auto (each task's default)."""
+    # -- rollout ----------------------------------------------------------------------------
+    prompts_per_step: int = 4
+    """Prompts per rollout (B)."""
+    num_generations: int = 4
+    """Completions per prompt (G, the group size)."""
+    max_completion_length: int = 256
+    """Most tokens generated per completion."""
+    max_prompt_length: int = 1024
+    """Prompts longer than this (in tokens) are truncated on the left."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens with this much probability."""
+    rollout_backend: str = "auto"
+    """How completions are generated: 'hf' (transformers generate) or auto."""
+    # -- algorithm --------------------------------------------------------------------------
+    advantage: str = "grpo"
+    """Advantage estimator (ADVANTAGES in axiom_rl.algorithms)."""
+    advantage_params: dict[str, Any] = field(default_factory=dict)
+    """Extra parameters for the estimator (YAML), e.g. {beta_reward: 2.0} for dgro."""
+    loss_type: str = "grpo"
+    """Policy loss (LOSSES): grpo, dr_grpo, dapo, bnpo, hybrid, gspo."""
+    beta: float = 0.04
+    """KL coefficient; 0 loads and runs no reference model."""
+    kl_estimator: str = "k3"
+    """KL estimator: k1, k2 or k3."""
+    clip_eps: float = 0.2
+    """Clipping epsilon (the low side, and the high side unless clip_eps_high is set)."""
+    clip_eps_high: float | None = None
+    """Upper clipping epsilon (DAPO clip-higher, e.g. 0.28)."""
+    num_iterations: int = 1
+    """Optimizer steps per rollout batch (mu); >1 stores old log-probs for the ratio."""
+    dynamic_sampling: bool = False
+    """Replace groups whose rewards are all equal with fresh prompts (DAPO)."""
+    dynamic_sampling_rounds: int = 2
+    """At most this many extra rollouts per step to refill such groups."""
+    krpo_key: str = "problem"
+    """krpo's Kalman baseline is kept per 'problem' or per 'task'."""
+    # -- optimisation -----------------------------------------------------------------------
+    steps: int = 10
+    """Optimizer steps (a rollout every num_iterations steps)."""
+    lr: float = 1e-5
+    """Peak learning rate (AdamW)."""
+    lr_schedule: str = "constant"
+    """constant, linear or cosine (decay to 0 at the last step)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0 disables)."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step (the rollout batch is split this many ways)."""
+    seed: int = 0
+    """Seed for problems, sampling and initialisation."""
+    # -- verification -----------------------------------------------------------------------
+    verify_workers: int | None = None
+    """Sandbox workers (default: CPU cores)."""
+    verify_timeout: float | None = None
+    """CPU seconds per submission (default: each task's own)."""
+    # -- output -----------------------------------------------------------------------------
+    output_dir: str = "runs/axiom-rl"
+    """Run directory: config, metrics, samples, checkpoints, final model."""
+    save_every: int = 10
+    """Write a checkpoint every this many steps (and at the end; 0: only at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (older ones are deleted)."""
+    resume: bool = False
+    """Continue from the newest checkpoint in output_dir."""
+    samples_per_step: int = 2
+    """Groups written to samples.jsonl each step."""
+    verbose: bool = False
+    """Print sampled completions as training goes."""
+    max_bad_steps: int = 3
+    """Stop (after a checkpoint) when this many steps in a row have a NaN or inf loss."""
+
+
+# Flag names of the seeds' scripts, accepted as aliases.
+ALIASES = {"problems": "tasks", "generations": "num_generations", "task": "tasks"}
+
+_NO_CLI = {"advantage_params"}  # YAML only
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each dataclass field (the string literal after the annotation)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _field_type(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
+def coerce(cls: type, name: str, value: Any) -> Any:
+    """Convert a YAML or CLI value to the field's type, with a clear error."""
+    hint = _field_type(cls, name)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    optional = type(None) in args
+    if optional:
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if hint is int:
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if hint is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if hint is str:
+            if isinstance(value, (dict, list)):
+                raise ValueError
+            return str(value)
+        if origin is list:
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return [str(v).strip() for v in items if str(v).strip()]
+        if origin is dict:
+            if not isinstance(value, dict):
+                raise ValueError
+            return dict(value)
+    except (TypeError, ValueError):
+        pass
+    else:
+        return value
+    raise UserError(f"{name}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"no such config file: {path}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of option: value")
+    return data
+
+
+def build_config(cls: type, yaml_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Any:
+    """Defaults <- YAML file <- overrides (CLI). Unknown keys are errors that list the options."""
+    names = {f.name for f in fields(cls)}
+    values: dict[str, Any] = {}
+    for source in (load_yaml(yaml_path) if yaml_path else {}, overrides or {}):
+        for key, value in source.items():
+            key = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
+            if key not in names:
+                raise UserError(f"unknown option {key!r}; options are: {', '.join(sorted(names))}")
+            values[key] = coerce(cls, key, value)
+    return cls(**values)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def save_config(config: Any, path: str | Path) -> None:
+    from .io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(to_dict(config), indent=2) + "\n")
+
+
+def cli_fields(cls: type) -> list[tuple[str, Any, str]]:
+    """(name, type hint, help) for every field that has a command-line option."""
+    docs = field_docs(cls)
+    return [(f.name, _field_type(cls, f.name), docs.get(f.name, "")) for f in fields(cls) if f.name not in _NO_CLI]

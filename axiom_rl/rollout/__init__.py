@@ -1,0 +1,98 @@
+"""Rollout: G completions per prompt, behind one small interface.
+
+A backend turns prompts into completions; everything after (verification, rewards, loss) sees
+only token ids and text. Completions end at EOS (kept: the model must learn to stop) or at the
+first stop string (kept, as far as the token that completes it); padding is never included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from ..errors import UserError
+
+
+@dataclass
+class Rollout:
+    """One rollout batch, prompt-major: rows i*G .. i*G+G-1 belong to prompt i."""
+
+    prompt_ids: list[list[int]]  # [B*G] token ids of each row's prompt (no padding)
+    completion_ids: list[list[int]]  # [B*G] sampled tokens, cut at EOS or a stop string
+    texts: list[str]  # [B*G] decoded completions (what the verifier reads)
+    finished: list[bool]  # [B*G] ended by EOS or a stop string (not by the length limit)
+
+
+class RolloutBackend(Protocol):
+    name: str
+
+    def generate(
+        self,
+        model: Any,
+        tokenizer: Any,
+        prompts: Sequence[str],
+        num_generations: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_strings: Sequence[str],
+        max_prompt_length: int,
+    ) -> Rollout: ...
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[str], max_prompt_length: int) -> list[list[int]]:
+    """Token ids of each prompt, keeping the *last* max_prompt_length tokens."""
+    ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    return [row[-max_prompt_length:] for row in ids]
+
+
+def trim_completion(tokens: Sequence[int], tokenizer: Any, stop_strings: Sequence[str]) -> tuple[list[int], bool]:
+    """Cut sampled tokens after EOS or after the token that completes a stop string.
+
+    Works on tokens, never re-tokenising text, so log-probs later line up with what was sampled.
+    """
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    out: list[int] = []
+    text = ""
+    for tok in tokens:
+        if tok == pad and pad != eos:
+            break
+        out.append(tok)
+        if tok == eos:
+            return out, True
+        if stop_strings:
+            text += tokenizer.decode([tok])
+            if any(s in text for s in stop_strings):
+                return out, True
+    return out, False
+
+
+def decode_completion(tokenizer: Any, tokens: Sequence[int]) -> str:
+    return tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+BACKENDS = ("auto", "hf")
+
+
+def get_backend(name: str, model: Any = None) -> RolloutBackend:
+    """A backend by name: 'hf' (transformers generate), or 'auto'."""
+    from .hf import HFBackend
+
+    if name in ("hf", "auto"):
+        return HFBackend()
+    raise UserError(f"unknown rollout backend {name!r}; choose from: {', '.join(BACKENDS)}")
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, L] ids and attention mask, padded on the left."""
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+    return ids.to(device), mask.to(device)

@@ -1,0 +1,53 @@
+"""The transformers backend: `model.generate` with a KV cache, sampling, EOS and stop strings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import Rollout, decode_completion, encode_prompts, left_pad, trim_completion
+
+
+class HFBackend:
+    name = "hf"
+
+    @torch.no_grad()
+    def generate(
+        self,
+        model: Any,
+        tokenizer: Any,
+        prompts: Sequence[str],
+        num_generations: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_strings: Sequence[str],
+        max_prompt_length: int,
+    ) -> Rollout:
+        device = next(model.parameters()).device
+        prompt_ids = encode_prompts(tokenizer, prompts, max_prompt_length)
+        ids, mask = left_pad(prompt_ids, tokenizer.pad_token_id, device)
+        sampling = temperature > 0
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": sampling,
+            "num_return_sequences": num_generations,
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+        }
+        if sampling:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        if stop_strings:
+            kwargs.update(stop_strings=list(stop_strings), tokenizer=tokenizer)
+        out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        sampled = out[:, ids.shape[1] :].tolist()  # [B*G, <=max_new_tokens], prompt-major
+        rows_prompt, rows_completion, texts, finished = [], [], [], []
+        for i, tokens in enumerate(sampled):
+            kept, done = trim_completion(tokens, tokenizer, stop_strings)
+            rows_prompt.append(prompt_ids[i // num_generations])
+            rows_completion.append(kept)
+            texts.append(decode_completion(tokenizer, kept))
+            finished.append(done)
+        return Rollout(rows_prompt, rows_completion, texts, finished)

@@ -1,0 +1,1 @@
+"""Training: the GRPO loop (grpo.py), SFT (sft.py), and what they share."""

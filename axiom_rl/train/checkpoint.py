@@ -1,0 +1,112 @@
+"""Checkpoints: everything needed to continue a run as if it had never stopped.
+
+    checkpoints/step-N/
+        model/              save_pretrained: the LoRA adapter, or the full weights
+        optimizer.pt  scheduler.pt  rng.pt
+        trainer_state.json  step, problem stream, Kalman baseline, counters
+
+A checkpoint is written into a temporary directory and renamed into place, so a crash while
+writing never leaves a half checkpoint; only `keep` newest ones stay on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_DIR = "checkpoints"
+_STEP = re.compile(r"^step-(\d+)$")
+
+
+def checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    found = []
+    if root.is_dir():
+        for child in root.iterdir():
+            m = _STEP.match(child.name)
+            if m and (child / "trainer_state.json").exists():
+                found.append((int(m.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, model: Any, optimizer: Any, scheduler: Any, trainer_state: dict[str, Any], keep: int = 2
+) -> Path:
+    root = Path(run_dir) / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.", dir=root))
+    try:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1))
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for _, old in checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
+    from safetensors.torch import load_file
+
+    if lora:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(model_dir / "adapter_model.safetensors"))
+        return
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(shard))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied embeddings are stored once; anything else missing means a different architecture.
+    missing = [k for k in missing if "lm_head" not in k]
+    if missing or unexpected:
+        raise RuntimeError(f"checkpoint does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+
+
+def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, lora: bool) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and RNG; return the trainer state."""
+    load_model_weights(model, path / "model", lora)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    return json.loads((path / "trainer_state.json").read_text())

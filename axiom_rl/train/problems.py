@@ -1,0 +1,55 @@
+"""A deterministic, resumable stream of training problems over tasks x difficulties."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..tasks import iter_problems
+from ..types import Problem
+
+
+class ProblemStream:
+    """Draws (task, difficulty) pairs with its own seeded RNG and takes the next train problem of
+    that pair. Its state (RNG + how many problems each pair has given) goes into checkpoints;
+    restoring replays the pairs' sequences, so a resumed run sees the same problems."""
+
+    def __init__(self, tasks: Sequence[str], difficulties: Sequence[int], seed: int, rank: int = 0, split: str = "train"):
+        self.pairs = [(t, d) for t in tasks for d in difficulties]
+        self.seed, self.split = seed, split
+        self.rng = random.Random(f"axiom-rl/stream/{seed}/{rank}")
+        self.consumed: dict[str, int] = {}
+        self._iters: dict[str, Iterator[Problem]] = {}
+
+    @staticmethod
+    def _key(task: str, difficulty: int) -> str:
+        return f"{task}/{difficulty}"
+
+    def _iterator(self, task: str, difficulty: int) -> Iterator[Problem]:
+        key = self._key(task, difficulty)
+        if key not in self._iters:
+            self._iters[key] = iter_problems(task, difficulty, seed=self.seed, split=self.split)
+            for _ in range(self.consumed.get(key, 0)):  # fast-forward after a restore
+                next(self._iters[key])
+        return self._iters[key]
+
+    def next(self) -> Problem:
+        task, difficulty = self.rng.choice(self.pairs)
+        problem = next(self._iterator(task, difficulty))
+        key = self._key(task, difficulty)
+        self.consumed[key] = self.consumed.get(key, 0) + 1
+        return problem
+
+    def take(self, n: int) -> list[Problem]:
+        return [self.next() for _ in range(n)]
+
+    def state_dict(self) -> dict[str, Any]:
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "consumed": dict(self.consumed)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.consumed = {k: int(v) for k, v in state["consumed"].items()}
+        self._iters = {}

@@ -1,0 +1,78 @@
+"""What a run writes as it goes: metrics.jsonl, samples.jsonl, train.log, TensorBoard events.
+
+On resume, lines logged after the checkpoint's step are dropped (they belong to steps that will
+run again), so the files read as one uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from ..io import write_text_atomic
+
+
+def _truncate_jsonl(path: Path, last_step: int) -> None:
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= last_step:
+                kept.append(line)
+        except json.JSONDecodeError:
+            break  # a torn last line from a crash
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf; keep them readable
+    return value
+
+
+class RunLog:
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None:
+            for name in ("metrics.jsonl", "samples.jsonl"):
+                _truncate_jsonl(self.dir / name, resume_step)
+        self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._samples = open(self.dir / "samples.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._log = open(self.dir / "train.log", "a", encoding="utf-8")  # noqa: SIM115
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"))
+            except (ImportError, ModuleNotFoundError):
+                self._tb = None  # tensorboard not installed: the JSONL files are the record
+
+    def info(self, message: str) -> None:
+        self._log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
+        self._log.flush()
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        self._metrics.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
+        self._metrics.flush()
+        if self._tb is not None:
+            step = int(row["step"])
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(key, value, step)
+
+    def samples(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            self._samples.write(json.dumps(row) + "\n")
+        self._samples.flush()
+
+    def close(self) -> None:
+        for f in (self._metrics, self._samples, self._log):
+            f.close()
+        if self._tb is not None:
+            self._tb.close()
