@@ -5,6 +5,7 @@ Exit codes (DESIGN.md): 0 success, 2 a user error (one line on stderr), 1 an int
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .config import TrainConfig
 from .errors import UserError
 
 out = Console(highlight=False, soft_wrap=True)
@@ -254,6 +256,158 @@ def print_verify_summary(results: list[dict[str, Any]], isolation: str) -> None:
     err.print(table)
     mean = sum(r["reward"] for r in results) / max(1, len(results))
     err.print(f"{len(results)} verified, mean reward {mean:.3f}; sandbox: {isolation}")
+
+
+# --------------------------------------------------------------------------------------- train
+
+
+class _SeedsFlags(click.Command):
+    """Accepts the seeds' `--problems a b c` (several values) as `--tasks a,b,c`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rewritten: list[str] = []
+        i = 0
+        while i < len(args):
+            if args[i] == "--problems":
+                values = []
+                i += 1
+                while i < len(args) and not args[i].startswith("-"):
+                    values.append(args[i])
+                    i += 1
+                rewritten += ["--tasks", ",".join(values)]
+                continue
+            rewritten.append(args[i])
+            i += 1
+        return super().parse_args(ctx, rewritten)
+
+
+def config_options(
+    cls: type, aliases: dict[str, list[str]]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """One click option per config field, default None (= not given), help from the docstring."""
+    from .config import cli_fields
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name, hint, doc in reversed(cli_fields(cls)):
+            flag = "--" + name.replace("_", "-")
+            if hint is bool:
+                fn = click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=doc)(fn)
+            else:
+                fn = click.option(
+                    flag, *aliases.get(name, []), name, default=None, help=doc, metavar="VALUE"
+                )(fn)
+        return fn
+
+    return decorate
+
+
+def gather_overrides(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def resolve_config(
+    cls: type, config_path: str | None, overrides: dict[str, Any], resume_key: str = "resume"
+) -> Any:
+    """Defaults <- the resumed run's saved config <- YAML <- command line."""
+    from pathlib import Path
+
+    from .config import build_config, load_yaml
+
+    merged: dict[str, Any] = {}
+    from_yaml = load_yaml(config_path) if config_path else {}
+    if overrides.get(resume_key) or from_yaml.get(resume_key):
+        out_dir = overrides.get("output_dir") or from_yaml.get("output_dir")
+        saved = Path(out_dir) / "config.json" if out_dir else None
+        if saved is None or not saved.exists():
+            raise UserError(
+                f"--resume needs --output-dir of an existing run (no {saved or 'output dir given'})"
+            )
+        merged.update(json.loads(saved.read_text()))
+    merged.update(from_yaml)
+    merged.update(overrides)
+    return build_config(cls, None, merged)
+
+
+def training_progress(
+    total_label: str = "training",
+) -> tuple[Any, Callable[[int, int, dict[str, Any]], None]]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    bar = Progress(
+        TextColumn(f"[bold]{total_label}[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+    )
+    task_id = bar.add_task(total_label, total=None, stats="")
+
+    def update(step: int, total: int, row: dict[str, Any]) -> None:
+        stats = (
+            f"reward {row['reward_mean']:.3f}  acc {row['accuracy']:.2f}  loss {row['loss']:+.4f}  "
+            f"kl {row['kl']:.4f}  {row['tokens_per_s']:.0f} tok/s"
+        )
+        bar.update(task_id, completed=step, total=total, stats=stats)
+
+    return bar, update
+
+
+@cli.command(cls=_SeedsFlags, context_settings={"max_content_width": 110})
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="YAML file of options (the command line overrides it).",
+)
+@click.option("--all", "all_tasks", is_flag=True, help="Train on every generated task.")
+@config_options(TrainConfig, {"tasks": ["--task"], "num_generations": ["--generations"]})
+def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
+    """Train a model with GRPO on verifiable problems (see configs/ for examples).
+
+    The seeds' flags work too: --problems a b, --generations N, --verbose.
+    """
+    from .tasks import task_names
+    from .train.grpo import TrainingStopped, plan_run, prepare_run_dir
+    from .train.grpo import train as run_training
+
+    overrides = gather_overrides(options)
+    if all_tasks:
+        if "tasks" in overrides:
+            raise UserError("give --task/--problems or --all, not both")
+        overrides["tasks"] = task_names(generatable=True)
+    cfg = resolve_config(TrainConfig, config_path, overrides)
+    plan_run(cfg)  # every name and number checked before the progress bar draws anything
+    prepare_run_dir(cfg, create=False)
+    main_process = os.environ.get("RANK", "0") == "0"  # under accelerate launch, one bar and one summary
+    bar, update = training_progress()
+    try:
+        with bar if main_process else contextlib.nullcontext():
+            result = run_training(cfg, progress=update, say=lambda m: err.print(m, markup=False))
+    except TrainingStopped as e:
+        click.echo(f"axiom-rl: {e}", err=True)
+        return 1
+    if not result.is_main:
+        return 0
+    last = result.metrics[-1] if result.metrics else {}
+    if result.stopped_early:
+        err.print(
+            f"stopped at step {result.steps}; resume with: axiom-rl train --resume --output-dir {result.run_dir}"
+        )
+        return 130
+    err.print(
+        f"done: {result.steps} steps, last reward {last.get('reward_mean', float('nan')):.3f}, "
+        f"accuracy {last.get('accuracy', float('nan')):.2f}; run in {result.run_dir}"
+    )
+    return 0
 
 
 # ---------------------------------------------------------------------------------- quickstart

@@ -151,9 +151,14 @@ def field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
     for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
-                docs[node.target.id] = " ".join(nxt.value.value.split())
+        is_field = isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        is_doc = (
+            isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        )
+        if is_field and is_doc:
+            docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
 
 
@@ -222,7 +227,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def build_config(cls: type, yaml_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Any:
+def build_config(
+    cls: type, yaml_path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> Any:
     """Defaults <- YAML file <- overrides (CLI). Unknown keys are errors that list the options."""
     names = {f.name for f in fields(cls)}
     values: dict[str, Any] = {}
@@ -248,4 +255,6 @@ def save_config(config: Any, path: str | Path) -> None:
 def cli_fields(cls: type) -> list[tuple[str, Any, str]]:
     """(name, type hint, help) for every field that has a command-line option."""
     docs = field_docs(cls)
-    return [(f.name, _field_type(cls, f.name), docs.get(f.name, "")) for f in fields(cls) if f.name not in _NO_CLI]
+    return [
+        (f.name, _field_type(cls, f.name), docs.get(f.name, "")) for f in fields(cls) if f.name not in _NO_CLI
+    ]

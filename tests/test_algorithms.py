@@ -391,10 +391,18 @@ def test_micro_batches_add_up_to_the_whole_batch(loss_type):
     adv = torch.randn(n, generator=g)
     mask = torch.ones(n, t)
     mask[::3, 3:] = 0
-    common = {"loss_type": loss_type, "max_completion_length": t, "hybrid_alpha": 0.3, "num_items": mask.sum(), "num_sequences": n}
+    common = {
+        "loss_type": loss_type,
+        "max_completion_length": t,
+        "hybrid_alpha": 0.3,
+        "num_items": mask.sum(),
+        "num_sequences": n,
+    }
     whole, _ = policy_loss(lp, old, ref, adv, mask, **common)
     parts = sum(
-        policy_loss(lp[i : i + 2], old[i : i + 2], ref[i : i + 2], adv[i : i + 2], mask[i : i + 2], **common)[0]
+        policy_loss(lp[i : i + 2], old[i : i + 2], ref[i : i + 2], adv[i : i + 2], mask[i : i + 2], **common)[
+            0
+        ]
         for i in range(0, n, 2)
     )
     assert parts.item() == pytest.approx(whole.item(), rel=1e-12)

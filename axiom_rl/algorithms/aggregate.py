@@ -56,7 +56,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @register_aggregation("grpo")
-def sequence_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, num_sequences: int | None = None, **_: Any) -> torch.Tensor:
+def sequence_mean(
+    per_token_loss: torch.Tensor, mask: torch.Tensor, num_sequences: int | None = None, **_: Any
+) -> torch.Tensor:
     per_sequence = (per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B*G]
     return per_sequence.sum() / (num_sequences or per_token_loss.shape[0])
 
@@ -82,7 +84,9 @@ def token_mean(
 
 
 @register_aggregation("bnpo")
-def local_token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, num_sequences: int | None = None, **_: Any) -> torch.Tensor:
+def local_token_mean(
+    per_token_loss: torch.Tensor, mask: torch.Tensor, num_sequences: int | None = None, **_: Any
+) -> torch.Tensor:
     # The micro-batch's token mean, weighted by its share of the batch's sequences (TRL divides
     # by the number of accumulation steps: the same for equal micro-batches).
     share = per_token_loss.shape[0] / (num_sequences or per_token_loss.shape[0])

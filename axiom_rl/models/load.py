@@ -57,7 +57,9 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
     path = Path(model).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
-            raise UserError(f"{model} is not a model directory (no config.json); expected save_pretrained output")
+            raise UserError(
+                f"{model} is not a model directory (no config.json); expected save_pretrained output"
+            )
         return "local"
     if model.startswith((".", "/", "~")) or os.sep in model.strip("/").split("/", 1)[-1]:
         raise UserError(f"no such model directory: {model}")
@@ -67,11 +69,15 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
         AutoConfig.from_pretrained(model)
     except Exception as e:  # offline, gated, misspelt: all mean "cannot use this name"
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot load model {model!r} from the Hugging Face hub ({reason}); pass 'tiny' or a local directory") from None
+        raise UserError(
+            f"cannot load model {model!r} from the Hugging Face hub ({reason}); pass 'tiny' or a local directory"
+        ) from None
     return "hub"
 
 
-def load_model_and_tokenizer(model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed: int = 0) -> tuple[Any, Any]:
+def load_model_and_tokenizer(
+    model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed: int = 0
+) -> tuple[Any, Any]:
     """(model, tokenizer) on the CPU, in `dtype`. The tokenizer pads on the left."""
     if check_model_spec(model, tiny_size) == "tiny":
         net, tok = build_tiny_model(tiny_size, seed=seed)
@@ -97,7 +103,9 @@ def apply_lora(model: Any, r: int, alpha: int, dropout: float, target_modules: s
     targets: str | list[str] = target_modules
     if target_modules != "all-linear":
         targets = [m.strip() for m in target_modules.split(",") if m.strip()]
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM"
+    )
     try:
         return get_peft_model(model, config)
     except ValueError as e:

@@ -49,7 +49,9 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], max_prompt_length: in
     return [row[-max_prompt_length:] for row in ids]
 
 
-def trim_completion(tokens: Sequence[int], tokenizer: Any, stop_strings: Sequence[str]) -> tuple[list[int], bool]:
+def trim_completion(
+    tokens: Sequence[int], tokenizer: Any, stop_strings: Sequence[str]
+) -> tuple[list[int], bool]:
     """Cut sampled tokens after EOS or after the token that completes a stop string.
 
     Works on tokens, never re-tokenising text, so log-probs later line up with what was sampled.
@@ -86,7 +88,9 @@ def get_backend(name: str, model: Any = None) -> RolloutBackend:
     raise UserError(f"unknown rollout backend {name!r}; choose from: {', '.join(BACKENDS)}")
 
 
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, L] ids and attention mask, padded on the left."""
     width = max((len(r) for r in rows), default=0)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)

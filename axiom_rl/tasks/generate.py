@@ -48,11 +48,15 @@ def check_difficulty(task: Task, difficulty: int) -> None:
         )
 
 
-def iter_problems(task: str | Task, difficulty: int, seed: int = 0, split: str = "train") -> Iterator[Problem]:
+def iter_problems(
+    task: str | Task, difficulty: int, seed: int = 0, split: str = "train"
+) -> Iterator[Problem]:
     """The endless (task, difficulty, seed, split) sequence, problem 0 first."""
     task = get_task(task) if isinstance(task, str) else task
     if not task.generatable:
-        raise UserError(f"task {task.name!r} has no generator; its problems come from `axiom-rl problems import`")
+        raise UserError(
+            f"task {task.name!r} has no generator; its problems come from `axiom-rl problems import`"
+        )
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; choose from: {', '.join(SPLITS)}")
     check_difficulty(task, difficulty)

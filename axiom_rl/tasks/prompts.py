@@ -1,7 +1,7 @@
 """From a problem to the exact text the model continues: plain or through a chat template.
 
-    plain:  task.render(problem) + "\\n" + task.response_prefix(problem)
-    chat:   tokenizer.apply_chat_template([user turn], add_generation_prompt=True) + prefix
+plain:  task.render(problem) + "\\n" + task.response_prefix(problem)
+chat:   tokenizer.apply_chat_template([user turn], add_generation_prompt=True) + prefix
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def format_prompt(problem: Problem, tokenizer: Any = None, style: str = "full", 
     user = task.render(problem, style)
     prefix = task.response_prefix(problem, style)
     if tokenizer is not None and uses_chat(tokenizer, chat):
-        head = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+        head = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+        )
         return head + prefix
     return user + ("" if user.endswith("\n") else "\n") + prefix

@@ -34,7 +34,10 @@ class TokenBatch:
 
 
 def build_batch(
-    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_id: int, device: torch.device
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device,
 ) -> TokenBatch:
     n = len(prompt_ids)
     p = max(len(r) for r in prompt_ids)
@@ -49,7 +52,9 @@ def build_batch(
             attn[i, p : p + len(co)] = 1
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     comp_mask = attn[:, p:].to(torch.float32)
-    return TokenBatch(ids.to(device), attn.to(device), positions.to(device), ids[:, p:].to(device), comp_mask.to(device))
+    return TokenBatch(
+        ids.to(device), attn.to(device), positions.to(device), ids[:, p:].to(device), comp_mask.to(device)
+    )
 
 
 def completion_logprobs(

@@ -57,18 +57,34 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def quiet_saving() -> None:
+    """transformers draws a progress bar per save; a training run saves often."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def save_checkpoint(
-    run_dir: str | Path, step: int, model: Any, optimizer: Any, scheduler: Any, trainer_state: dict[str, Any], keep: int = 2
+    run_dir: str | Path,
+    step: int,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    trainer_state: dict[str, Any],
+    keep: int = 2,
+    rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
+    """`rng_states`: one per rank (default: this process's)."""
     root = Path(run_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.", dir=root))
+    quiet_saving()
     try:
         model.save_pretrained(tmp / "model", safe_serialization=True)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
+        torch.save({"ranks": rng_states or [rng_state()]}, tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1))
         for f in tmp.rglob("*"):
             if f.is_file():
@@ -100,13 +116,20 @@ def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
     # Tied embeddings are stored once; anything else missing means a different architecture.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:
-        raise RuntimeError(f"checkpoint does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise RuntimeError(
+            f"checkpoint does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
 
 
-def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, lora: bool) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and RNG; return the trainer state."""
+def load_checkpoint(
+    path: Path, model: Any, optimizer: Any, scheduler: Any, lora: bool, rank: int = 0
+) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and this rank's RNG; return the trainer state."""
     load_model_weights(model, path / "model", lora)
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    ranks = torch.load(path / "rng.pt", weights_only=False)["ranks"]
+    if rank >= len(ranks):
+        raise RuntimeError(f"checkpoint {path} was written by {len(ranks)} process(es); resume with as many")
+    set_rng_state(ranks[rank])
     return json.loads((path / "trainer_state.json").read_text())

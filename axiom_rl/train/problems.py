@@ -15,7 +15,14 @@ class ProblemStream:
     that pair. Its state (RNG + how many problems each pair has given) goes into checkpoints;
     restoring replays the pairs' sequences, so a resumed run sees the same problems."""
 
-    def __init__(self, tasks: Sequence[str], difficulties: Sequence[int], seed: int, rank: int = 0, split: str = "train"):
+    def __init__(
+        self,
+        tasks: Sequence[str],
+        difficulties: Sequence[int],
+        seed: int,
+        rank: int = 0,
+        split: str = "train",
+    ):
         self.pairs = [(t, d) for t in tasks for d in difficulties]
         self.seed, self.split = seed, split
         self.rng = random.Random(f"axiom-rl/stream/{seed}/{rank}")

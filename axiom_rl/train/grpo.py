@@ -1,0 +1,690 @@
+"""GRPO training, top to bottom:
+
+    problems -> prompts -> rollout (G completions each) -> verify -> rewards -> advantages
+      -> reference (and old) log-probs -> num_iterations x [loss -> backward -> clip -> step]
+      -> metrics, samples, checkpoint
+
+Each stage is a call with a plain result; the algorithm choices are names looked up in the
+registries (`compute_advantages`, `policy_loss`), never branches here.
+
+Where this departs from textbook GRPO (Shao et al. 2024):
+- A completion whose verification failed for the verifier's own reasons (a crashed sandbox
+  worker: status internal_error) is masked out of the loss and its reward replaced by its group's
+  mean, so it neither teaches nor shifts the baseline; it is counted in `internal_errors`.
+- With `dynamic_sampling`, groups whose rewards are all equal are replaced by fresh prompts, up to
+  `dynamic_sampling_rounds` extra rollouts (DAPO, Yu et al. 2025); groups still flat then stay.
+- Log-probs use logits divided by the sampling temperature (as TRL does), so ratios compare
+  against the distribution that sampled.
+- `steps` counts optimizer steps: each rollout feeds `num_iterations` of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import signal
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages, policy_loss
+from ..algorithms.kl import KL_ESTIMATORS
+from ..config import TrainConfig, save_config
+from ..errors import UserError, choose
+from ..models.load import Policy, check_model_spec, load_policy, resolve_device
+from ..rewards import compute_reward, parse_reward_specs
+from ..rollout import BACKENDS, Rollout, get_backend
+from ..sandbox import Sandbox
+from ..tasks import CodeTask, get_task, parse_task_list
+from ..tasks.generate import check_difficulty
+from ..tasks.prompts import format_prompt
+from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
+from ..verifier import verify_many
+from .batch import TokenBatch, build_batch, completion_logprobs
+from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from .distributed import Parallel
+from .problems import ProblemStream
+from .runlog import RunLog
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped on purpose (repeated non-finite losses); a checkpoint was written."""
+
+
+# --------------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class Plan:
+    """Everything checked and resolved from the config before anything heavy loads."""
+
+    tasks: list[str]
+    difficulties: list[int]
+    prompt_style: str
+    needs_sandbox: bool
+    rewards: Any
+
+
+def parse_difficulty(text: str) -> list[int]:
+    lo, sep, hi = str(text).partition("-")
+    try:
+        a, b = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise UserError(f"difficulty must be D or A-B, got {text!r}") from None
+    if a > b:
+        raise UserError(f"difficulty range {text!r} is empty")
+    return list(range(a, b + 1))
+
+
+def plan_run(cfg: TrainConfig) -> Plan:
+    """Validate every name and number of the config: one-line errors, nothing loaded yet."""
+    tasks = parse_task_list(cfg.tasks)
+    difficulties = parse_difficulty(cfg.difficulty)
+    for t in tasks:
+        for d in difficulties:
+            check_difficulty(get_task(t), d)
+    choose("advantage estimator", cfg.advantage, ADVANTAGES)
+    choose("loss type", cfg.loss_type, LOSSES)
+    choose("KL estimator", cfg.kl_estimator, KL_ESTIMATORS)
+    choose("rollout backend", cfg.rollout_backend, BACKENDS)
+    choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
+    choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
+    choose("krpo key", cfg.krpo_key, ("problem", "task"))
+    for name, value, low in (
+        ("steps", cfg.steps, 1),
+        ("prompts_per_step", cfg.prompts_per_step, 1),
+        ("num_generations", cfg.num_generations, 2),
+        ("max_completion_length", cfg.max_completion_length, 1),
+        ("max_prompt_length", cfg.max_prompt_length, 1),
+        ("num_iterations", cfg.num_iterations, 1),
+        ("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1),
+    ):
+        if value < low:
+            raise UserError(f"{name} must be >= {low}, got {value}")
+    if cfg.gradient_accumulation_steps > cfg.prompts_per_step * cfg.num_generations:
+        raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
+    if cfg.lr <= 0 or cfg.temperature < 0 or not 0 < cfg.top_p <= 1 or cfg.beta < 0 or cfg.clip_eps <= 0:
+        raise UserError("lr and clip_eps must be > 0, temperature and beta >= 0, top_p in (0, 1]")
+    accepted = set(inspect.signature(ADVANTAGES[cfg.advantage]).parameters) - {
+        "rewards",
+        "group_size",
+        "state",
+        "keys",
+        "generator",
+        "step",
+    }
+    unknown = set(cfg.advantage_params) - accepted
+    if unknown:
+        raise UserError(
+            f"advantage_params {sorted(unknown)} unknown to {cfg.advantage!r}; it takes: {', '.join(sorted(accepted))}"
+        )
+    kind = check_model_spec(cfg.model, cfg.tiny_size)
+    style = cfg.prompt_style if cfg.prompt_style != "auto" else ("compact" if kind == "tiny" else "full")
+    needs_sandbox = any(isinstance(get_task(t), CodeTask) for t in tasks)
+    return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards))
+
+
+def prepare_run_dir(cfg: TrainConfig, create: bool = True) -> tuple[Path, Path | None]:
+    """The run directory and, when resuming, the checkpoint to start from. Never overwrites."""
+    run_dir = Path(cfg.output_dir)
+    if cfg.resume:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+        return run_dir, ckpt
+    if not create and ((run_dir / "config.json").exists() or (run_dir / "metrics.jsonl").exists()):
+        raise UserError(
+            f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
+        )
+    if create:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir, None
+
+
+# --------------------------------------------------------------------------------- stages
+
+
+@dataclass
+class Scored:
+    """One rollout batch, verified and rewarded. Rows are prompt-major: i*G + j."""
+
+    problems: list[Problem]  # [B]
+    rollout: Rollout  # [B*G]
+    verdicts: list[Verdict]  # [B*G]
+    rewards: list[float]  # [B*G]
+    components: list[dict[str, float]]  # [B*G]
+    time_rollout: float = 0.0
+    time_reward: float = 0.0
+
+
+def rollout_and_score(
+    policy: Policy,
+    backend: Any,
+    problems: list[Problem],
+    cfg: TrainConfig,
+    plan: Plan,
+    sandbox: Sandbox | None,
+) -> Scored:
+    g = cfg.num_generations
+    prompts = [format_prompt(p, policy.tokenizer, plan.prompt_style, cfg.chat_template) for p in problems]
+    stops = sorted({s for p in problems for s in get_task(p.task).stop_strings})
+    start = time.perf_counter()
+    policy.model.eval()
+    rollout = backend.generate(
+        policy.model,
+        policy.tokenizer,
+        prompts,
+        g,
+        cfg.max_completion_length,
+        cfg.temperature,
+        cfg.top_p,
+        stops,
+        cfg.max_prompt_length,
+    )
+    mid = time.perf_counter()
+    rows = [p for p in problems for _ in range(g)]
+    verdicts = verify_many(rows, rollout.texts, sandbox, timeout=cfg.verify_timeout) if sandbox else [
+        get_task(p.task).score(p, text) for p, text in zip(rows, rollout.texts)
+    ]  # fmt: skip
+    scored = [compute_reward(p, text, v, plan.rewards) for p, text, v in zip(rows, rollout.texts, verdicts)]
+    return Scored(
+        problems,
+        rollout,
+        verdicts,
+        [r for r, _ in scored],
+        [c for _, c in scored],
+        mid - start,
+        time.perf_counter() - mid,
+    )
+
+
+def usable(verdicts: list[Verdict]) -> list[bool]:
+    """False where the verifier failed for its own reasons: never learn from those."""
+    return [v.status != INTERNAL_ERROR for v in verdicts]
+
+
+def group_rewards(scored: Scored, g: int) -> torch.Tensor:
+    """Rewards [B*G], unusable rows replaced by their group's mean over usable rows."""
+    ok = usable(scored.verdicts)
+    out = list(scored.rewards)
+    for start in range(0, len(out), g):
+        good = [out[i] for i in range(start, start + g) if ok[i]]
+        fill = statistics.fmean(good) if good else 0.0
+        for i in range(start, start + g):
+            if not ok[i]:
+                out[i] = fill
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def refill_flat_groups(
+    scored: Scored,
+    policy: Policy,
+    backend: Any,
+    stream: ProblemStream,
+    cfg: TrainConfig,
+    plan: Plan,
+    sandbox: Sandbox | None,
+) -> int:
+    """DAPO dynamic sampling: swap groups with all-equal rewards for fresh prompts. Returns how many."""
+    g, refilled = cfg.num_generations, 0
+    for _ in range(cfg.dynamic_sampling_rounds):
+        rewards = group_rewards(scored, g).view(-1, g)
+        flat = [i for i, row in enumerate(rewards) if float(row.max() - row.min()) <= 1e-6]
+        if not flat:
+            break
+        fresh = rollout_and_score(policy, backend, stream.take(len(flat)), cfg, plan, sandbox)
+        for k, i in enumerate(flat):
+            scored.problems[i] = fresh.problems[k]
+            for j in range(g):
+                src, dst = k * g + j, i * g + j
+                scored.rollout.prompt_ids[dst] = fresh.rollout.prompt_ids[src]
+                scored.rollout.completion_ids[dst] = fresh.rollout.completion_ids[src]
+                scored.rollout.texts[dst] = fresh.rollout.texts[src]
+                scored.rollout.finished[dst] = fresh.rollout.finished[src]
+                scored.verdicts[dst] = fresh.verdicts[src]
+                scored.rewards[dst] = fresh.rewards[src]
+                scored.components[dst] = fresh.components[src]
+        scored.time_rollout += fresh.time_rollout
+        scored.time_reward += fresh.time_reward
+        refilled += len(flat)
+    return refilled
+
+
+def estimator_extras(
+    cfg: TrainConfig, scored: Scored, kalman: KalmanBaseline | None, step: int
+) -> dict[str, Any]:
+    """Stateful inputs an estimator may ask for, by parameter name (krpo: state/keys; dgro: step)."""
+    wants = inspect.signature(ADVANTAGES[cfg.advantage]).parameters
+    extras: dict[str, Any] = {}
+    if "state" in wants:
+        extras["state"] = kalman
+    if "keys" in wants:
+        extras["keys"] = [p.id if cfg.krpo_key == "problem" else p.task for p in scored.problems]
+    if "step" in wants:
+        extras["step"] = step
+    if "generator" in wants:
+        extras["generator"] = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    return extras
+
+
+def micro_batches(n: int, parts: int) -> Iterator[slice]:
+    size = math.ceil(n / parts)
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+@torch.no_grad()
+def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Tensor:
+    """Log-probs [N, T] without gradient, micro-batch by micro-batch."""
+    model.eval()
+    parts = [
+        completion_logprobs(model, batch.rows(s), cfg.temperature)[0]
+        for s in micro_batches(batch.input_ids.shape[0], cfg.gradient_accumulation_steps)
+    ]
+    return torch.cat(parts)
+
+
+def optimizer_step(
+    policy: Policy,
+    train_model: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: TokenBatch,
+    advantages: torch.Tensor,
+    old: torch.Tensor | None,
+    ref: torch.Tensor | None,
+    cfg: TrainConfig,
+    parallel: Parallel,
+) -> dict[str, float]:
+    """One optimizer step over the whole rollout batch, in gradient-accumulation micro-batches.
+
+    A non-finite loss still goes through backward (every rank must take part in the gradient
+    all-reduce); the non-finite gradient norm that results makes every rank skip the step alike.
+    """
+    policy.model.train()
+    optimizer.zero_grad(set_to_none=True)
+    n = batch.input_ids.shape[0]
+    # DDP averages gradients over ranks, so token-normalised losses use the global count / world.
+    num_items = parallel.total(float(batch.completion_mask.sum())) / parallel.world
+    parts = list(micro_batches(n, cfg.gradient_accumulation_steps))
+    totals: Counter[str] = Counter()
+    loss_total, entropy_sum, token_sum = 0.0, 0.0, 0.0
+    for index, rows in enumerate(parts):
+        part = batch.rows(rows)
+        with parallel.no_sync(train_model, skip=index < len(parts) - 1):
+            logprobs, entropy = completion_logprobs(train_model, part, cfg.temperature, with_entropy=True)
+            loss, metrics = policy_loss(
+                logprobs,
+                None if old is None else old[rows],
+                None if ref is None else ref[rows],
+                advantages[rows],
+                part.completion_mask,
+                loss_type=cfg.loss_type,
+                clip_eps=cfg.clip_eps,
+                clip_eps_high=cfg.clip_eps_high,
+                beta=cfg.beta,
+                kl_estimator=cfg.kl_estimator,
+                max_completion_length=cfg.max_completion_length,
+                num_items=num_items,
+                num_sequences=n,
+            )
+            loss.backward()
+        loss_total += float(loss.detach())
+        share = (rows.stop - rows.start) / n
+        for k, v in metrics.items():
+            totals[k] += v * share
+        entropy_sum += float((entropy * part.completion_mask).sum())
+        token_sum += float(part.completion_mask.sum())
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters, max_norm)
+    finite = bool(torch.isfinite(grad_norm)) and math.isfinite(loss_total)
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {
+        "loss": loss_total,
+        "finite": 1.0 if finite else 0.0,
+        "grad_norm": float(grad_norm),
+        "entropy": entropy_sum / max(1.0, token_sum),
+        **totals,
+    }
+
+
+def make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer) -> Any:
+    from transformers import get_scheduler
+
+    return get_scheduler(
+        cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
+    )
+
+
+# --------------------------------------------------------------------------------- Ctrl-C
+
+
+class StopRequest:
+    """First Ctrl-C: finish the current step, checkpoint, exit. Second: stop at once."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.requested = False
+        self._say = say
+        self._previous: Any = None
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self._say("stopping after this step (Ctrl-C again to stop now, without a checkpoint)")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+# --------------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    stopped_early: bool = False
+    is_main: bool = True
+
+
+class _NullLog:
+    """What ranks other than 0 log: nothing."""
+
+    def info(self, message: str) -> None: ...
+    def metrics(self, row: dict[str, Any]) -> None: ...
+    def samples(self, rows: list[dict[str, Any]]) -> None: ...
+    def close(self) -> None: ...
+
+
+def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = print) -> TrainResult:
+    """Run GRPO as configured. `progress(step, total, row)` is called after every step."""
+    plan = plan_run(cfg)
+    parallel = Parallel(resolve_device(cfg.device))
+    run_dir, ckpt = prepare_run_dir(cfg, create=False)
+    parallel.barrier()  # every rank has checked the directory before rank 0 writes to it
+    if parallel.is_main:
+        prepare_run_dir(cfg, create=True)
+        save_config(cfg, run_dir / "config.json")
+    torch.manual_seed(cfg.seed)
+    policy = load_policy(
+        cfg.model,
+        tiny_size=cfg.tiny_size,
+        finetune=cfg.finetune,
+        lora_r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        lora_target_modules=cfg.lora_target_modules,
+        dtype=cfg.dtype,
+        device=str(parallel.device),
+        need_reference=cfg.beta != 0.0,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed,
+    )
+    train_model = parallel.wrap(policy.model)
+    backend = get_backend(cfg.rollout_backend, policy.model)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = make_scheduler(cfg, optimizer)
+    stream = ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank)
+    kalman = KalmanBaseline() if "state" in inspect.signature(ADVANTAGES[cfg.advantage]).parameters else None
+    step, bad_steps = 0, 0
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, policy.model, optimizer, scheduler, policy.lora, rank=parallel.rank)
+        step, bad_steps = state["step"], state.get("bad_steps", 0)
+        stream.load_state_dict(state["streams"][parallel.rank])
+        if kalman is not None and state.get("kalman"):
+            kalman.load_state_dict(state["kalman"][parallel.rank])
+    log: Any = (
+        RunLog(run_dir, resume_step=step if ckpt is not None else None) if parallel.is_main else _NullLog()
+    )
+    log.info(
+        f"{'resumed at step ' + str(step) if ckpt else 'started'}: {cfg.model} on {','.join(plan.tasks)}, "
+        f"{cfg.steps} steps, {parallel.world} process(es), rollout backend {backend.name}"
+    )
+
+    def checkpoint() -> None:
+        streams = parallel.gather(stream.state_dict())
+        kalmans = parallel.gather(kalman.state_dict() if kalman else None)
+        rngs = parallel.gather(rng_state())
+        if parallel.is_main:
+            trainer_state = {
+                "step": step,
+                "bad_steps": bad_steps,
+                "streams": streams,
+                "kalman": kalmans if kalman else None,
+            }
+            save_checkpoint(
+                run_dir, step, policy.model, optimizer, scheduler, trainer_state, cfg.keep_checkpoints, rngs
+            )
+            log.info(f"checkpoint at step {step}")
+        parallel.barrier()
+
+    result = TrainResult(run_dir, step, is_main=parallel.is_main)
+    workers = cfg.verify_workers or max(1, (os.cpu_count() or 1) // parallel.world)
+    sandbox = Sandbox(workers=workers) if plan.needs_sandbox else None
+    with contextlib.ExitStack() as stack, StopRequest(say if parallel.is_main else (lambda m: None)) as stop:
+        if sandbox is not None:
+            stack.enter_context(sandbox)
+        stack.callback(log.close)
+        while step < cfg.steps:
+            if parallel.total(float(stop.requested)) > 0:  # every rank stops at the same step
+                break
+            # 1. rollout and verification
+            scored = rollout_and_score(policy, backend, stream.take(cfg.prompts_per_step), cfg, plan, sandbox)
+            zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
+            refilled = (
+                refill_flat_groups(scored, policy, backend, stream, cfg, plan, sandbox)
+                if cfg.dynamic_sampling
+                else 0
+            )
+            # 2. rewards -> advantages (unusable rows: masked out, group-mean rewards)
+            rewards = group_rewards(scored, cfg.num_generations)
+            info = compute_advantages(
+                rewards,
+                cfg.num_generations,
+                cfg.advantage,
+                return_info=True,
+                **cfg.advantage_params,
+                **estimator_extras(cfg, scored, kalman, step),
+            )
+            batch = build_batch(
+                scored.rollout.prompt_ids,
+                scored.rollout.completion_ids,
+                policy.tokenizer.pad_token_id,
+                policy.device,
+            )
+            keep = torch.tensor(usable(scored.verdicts), dtype=torch.float32, device=policy.device)
+            batch.completion_mask *= keep.unsqueeze(1)
+            advantages = info.advantages.to(policy.device)
+            # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
+            start = time.perf_counter()
+            ref = None
+            if cfg.beta != 0.0:
+                with policy.reference_mode() as reference:
+                    ref = frozen_logprobs(reference, batch, cfg)
+            old = frozen_logprobs(policy.model, batch, cfg) if cfg.num_iterations > 1 else None
+            time_ref = time.perf_counter() - start
+            # 4. num_iterations optimizer steps on this rollout
+            for _ in range(cfg.num_iterations):
+                if step >= cfg.steps:
+                    break
+                start = time.perf_counter()
+                update = optimizer_step(
+                    policy, train_model, optimizer, batch, advantages, old, ref, cfg, parallel
+                )
+                time_update = time.perf_counter() - start + time_ref
+                time_ref = 0.0
+                step += 1
+                if update["finite"]:
+                    scheduler.step()
+                    bad_steps = 0
+                else:
+                    bad_steps += 1
+                    log.info(f"step {step}: non-finite loss or gradient ({update['loss']}); update skipped")
+                row = step_metrics(
+                    step,
+                    scored,
+                    rewards,
+                    info,
+                    update,
+                    refilled,
+                    zero_std_before,
+                    scheduler,
+                    time_update,
+                    cfg,
+                )
+                row = merge_ranks(row, rewards, parallel)
+                log.metrics(row)
+                log.samples(sample_rows(step, scored, cfg))
+                result.metrics.append(row)
+                if progress is not None and parallel.is_main:
+                    progress(step, cfg.steps, row)
+                if cfg.verbose and parallel.is_main:
+                    _print_samples(say, step, scored, cfg)
+                if bad_steps >= cfg.max_bad_steps:
+                    checkpoint()
+                    result.steps = step
+                    raise TrainingStopped(
+                        f"{bad_steps} steps in a row had a non-finite loss; stopped at step {step} (checkpoint written)"
+                    )
+                if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+                    checkpoint()
+        checkpoint()
+        result.stopped_early = step < cfg.steps
+        result.steps = step
+        if not result.stopped_early and parallel.is_main:
+            save_final_model(policy, run_dir / "final_model", merge=cfg.merge)
+            log.info(f"finished: final model in {run_dir / 'final_model'}")
+    parallel.close()
+    return result
+
+
+def merge_ranks(row: dict[str, Any], rewards: torch.Tensor, parallel: Parallel) -> dict[str, Any]:
+    """Metrics over all ranks: reward statistics from every reward, the rest averaged."""
+    if parallel.world == 1:
+        return row
+    everything = torch.tensor([r for part in parallel.gather(rewards.tolist()) for r in part])
+    numeric = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+    merged = dict(row, **parallel.mean(numeric))
+    merged.update(
+        reward_mean=float(everything.mean()),
+        reward_std=float(everything.std()),
+        reward_max=float(everything.max()),
+        completions=everything.numel(),
+        world_size=parallel.world,
+    )
+    return merged
+
+
+def _flat_fraction(rewards: torch.Tensor, g: int) -> float:
+    r = rewards.view(-1, g)
+    return float(((r.max(1).values - r.min(1).values) <= 1e-6).float().mean())
+
+
+def step_metrics(
+    step: int, scored: Scored, rewards: torch.Tensor, info: Any, update: dict[str, float], refilled: int,
+    zero_std_before: float, scheduler: Any, time_update: float, cfg: TrainConfig,
+) -> dict[str, Any]:  # fmt: skip
+    lengths = [len(c) for c in scored.rollout.completion_ids]
+    statuses = Counter(v.status for v in scored.verdicts)
+    row: dict[str, Any] = {
+        "step": step,
+        "loss": update["loss"],
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+        "reward_max": float(rewards.max()),
+        "accuracy": statuses[PASSED] / max(1, len(scored.verdicts)),
+        "zero_std_frac": info.zero_variance_frac,
+        "zero_std_frac_sampled": zero_std_before,
+        "refilled_groups": refilled,
+        "kl": update.get("kl", 0.0),
+        "clip_frac": update.get("clip_frac", 0.0),
+        "clip_frac_low": update.get("clip_frac_low", 0.0),
+        "clip_frac_high": update.get("clip_frac_high", 0.0),
+        "ratio_mean": update.get("ratio_mean", 1.0),
+        "entropy": update.get("entropy", 0.0),
+        "grad_norm": update.get("grad_norm", 0.0),
+        "lr": scheduler.get_last_lr()[0],
+        "completion_len_mean": statistics.fmean(lengths) if lengths else 0.0,
+        "completion_finished_frac": statistics.fmean(scored.rollout.finished)
+        if scored.rollout.finished
+        else 0.0,
+        "internal_errors": statuses[INTERNAL_ERROR],
+        "skipped": 0 if update["finite"] else 1,
+        "time_rollout_s": scored.time_rollout,
+        "time_reward_s": scored.time_reward,
+        "time_update_s": time_update,
+        "tokens_per_s": sum(lengths) / scored.time_rollout if scored.time_rollout > 0 else 0.0,
+        "completions": len(scored.verdicts),
+        "world_size": 1,
+    }
+    for name in sorted({k for c in scored.components for k in c}):
+        row[f"reward/{name}"] = statistics.fmean(c.get(name, 0.0) for c in scored.components)
+    for status, count in sorted(statuses.items()):
+        row[f"status/{status}"] = count
+    return row
+
+
+def sample_rows(step: int, scored: Scored, cfg: TrainConfig) -> list[dict[str, Any]]:
+    g, rows = cfg.num_generations, []
+    for i, problem in enumerate(scored.problems[: cfg.samples_per_step]):
+        for j in range(g):
+            k = i * g + j
+            rows.append(
+                {
+                    "step": step,
+                    "problem_id": problem.id,
+                    "completion": scored.rollout.texts[k],
+                    "reward": scored.rewards[k],
+                    "status": scored.verdicts[k].status,
+                }
+            )
+    return rows
+
+
+def _print_samples(say: Callable[[str], None], step: int, scored: Scored, cfg: TrainConfig) -> None:
+    for row in sample_rows(step, scored, cfg)[: cfg.num_generations]:
+        say(
+            f"[step {step}] {row['problem_id']} reward={row['reward']:.2f} {row['status']}: {row['completion'][:200]!r}"
+        )
+
+
+def save_final_model(policy: Policy, path: Path, merge: bool) -> None:
+    """save_pretrained output, loadable by plain transformers (+ peft for an adapter); atomic."""
+    import shutil
+    import tempfile
+
+    from .checkpoint import quiet_saving
+
+    quiet_saving()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        model = policy.model
+        if policy.lora and merge:
+            model = model.merge_and_unload()
+        model.save_pretrained(tmp, safe_serialization=True)
+        policy.tokenizer.save_pretrained(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
