@@ -32,7 +32,7 @@ class TrainConfig:
     tiny_size: str = "tiny"
     """Size of the built-in model: nano, micro, tiny (~3M parameters) or small."""
     finetune: str = "auto"
-    """'lora', 'full', or 'auto' (full for the built-in model, LoRA for others)."""
+    """'lora', 'full', or 'auto' (LoRA for models over 100M parameters, else full)."""
     lora_r: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -102,6 +102,8 @@ class TrainConfig:
     # -- optimisation -----------------------------------------------------------------------
     steps: int = 10
     """Optimizer steps (a rollout every num_iterations steps)."""
+    max_seconds: float = 0.0
+    """Also stop after this much wall time, as if the steps were done (0: no limit)."""
     lr: float = 1e-5
     """Peak learning rate (AdamW)."""
     lr_schedule: str = "constant"
@@ -136,6 +138,108 @@ class TrainConfig:
     """Print sampled completions as training goes."""
     max_bad_steps: int = 3
     """Stop (after a checkpoint) when this many steps in a row have a NaN or inf loss."""
+
+
+@dataclass
+class SFTConfig:
+    model: str = "tiny"
+    """'tiny', a local model directory, or a hub name."""
+    tiny_size: str = "tiny"
+    """Size of the built-in model: nano, micro, tiny or small."""
+    finetune: str = "auto"
+    """lora, full, or auto (LoRA for models over 100M parameters, else full)."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    lora_dropout: float = 0.0
+    """LoRA dropout."""
+    lora_target_modules: str = "all-linear"
+    """Modules to adapt."""
+    merge: bool = False
+    """With LoRA: save the adapter merged into the weights."""
+    dtype: str = "auto"
+    """fp32, bf16, fp16 or auto."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N or auto."""
+    tasks: list[str] = field(default_factory=lambda: ["countdown"])
+    """Tasks whose reference solutions to train on."""
+    difficulty: str = "1"
+    """A difficulty (5) or an inclusive range (1-3)."""
+    prompt_style: str = "auto"
+    """full, compact, or auto (compact for the built-in model)."""
+    chat_template: str = "auto"
+    """Use the tokenizer's chat template: on, off, auto."""
+    from_samples: str = ""
+    """Train on the verified-correct completions of this evaluation run (in --db) instead."""
+    db: str = "results.db"
+    """Results database for --from-samples."""
+    steps: int = 500
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Examples per step."""
+    lr: float = 1e-3
+    """Peak learning rate (AdamW)."""
+    lr_schedule: str = "cosine"
+    """constant, linear or cosine."""
+    warmup_steps: int = 20
+    """Linear warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (0 disables)."""
+    max_seconds: float = 0.0
+    """Stop after this much wall time (0: no limit)."""
+    seed: int = 0
+    """Seed for data order and initialisation."""
+    output_dir: str = "runs/sft"
+    """Run directory: config.json, metrics.jsonl, train.log, final_model."""
+
+
+@dataclass
+class EvalConfig:
+    model: str = "tiny"
+    """'tiny', a model directory (a run's final_model, LoRA adapters included), or a hub name."""
+    tasks: list[str] = field(default_factory=lambda: ["countdown"])
+    """Tasks to evaluate on."""
+    difficulty: str = "1"
+    """A difficulty (5) or an inclusive range (1-3)."""
+    count: int = 100
+    """Problems per task and difficulty."""
+    samples: int = 1
+    """Completions per problem (K, for pass@k)."""
+    temperature: float = 0.0
+    """0 for greedy decoding (then samples must be 1)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    split: str = "eval"
+    """Problem split: eval (held out from training) or train."""
+    seed: int = 0
+    """Seed of the problem set and of sampling."""
+    max_completion_length: int = 256
+    """Most tokens generated per completion."""
+    max_prompt_length: int = 1024
+    """Longer prompts are truncated on the left."""
+    prompt_style: str = "auto"
+    """full, compact, or auto (what the model was trained with)."""
+    chat_template: str = "auto"
+    """Use the tokenizer's chat template: on, off, auto."""
+    batch_size: int = 64
+    """Prompts generated at once (each with `samples` completions)."""
+    db: str = "results.db"
+    """SQLite database to store runs and attempts in."""
+    run_name: str = ""
+    """Name of this evaluation in the database (default: derived from the model and settings)."""
+    tiny_size: str = "tiny"
+    """Size of the built-in model when --model tiny."""
+    dtype: str = "auto"
+    """fp32, bf16, fp16 or auto."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N or auto."""
+    workers: int | None = None
+    """Sandbox workers (default: CPU cores)."""
+    timeout: float | None = None
+    """CPU seconds per submission (default: each task's own)."""
 
 
 # Flag names of the seeds' scripts, accepted as aliases.

@@ -170,9 +170,8 @@ def test_a_local_model_directory_trains_like_a_hub_model(tmp_path):
     local = tmp_path / "my-model"
     model.save_pretrained(local)
     tokenizer.save_pretrained(local)
-    result = train(
-        small(tmp_path, model=str(local))
-    )  # not 'tiny': LoRA by default, full prompts, chat template
+    # as with a hub model: LoRA, full prompts, the chat template
+    result = train(small(tmp_path, model=str(local), finetune="lora"))
     assert len(result.metrics) == 2
     final = tmp_path / "run/final_model"
     assert (final / "adapter_config.json").exists()

@@ -21,6 +21,7 @@ from ..errors import UserError
 from .tiny import TINY_SIZES, build_tiny_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+LORA_AUTO_PARAMS = 100_000_000  # finetune=auto uses LoRA above this many parameters
 
 
 def resolve_device(device: str) -> torch.device:
@@ -97,6 +98,42 @@ def load_model_and_tokenizer(
     return net, tok
 
 
+MODEL_CARD = "axiom_rl.json"  # written beside final_model weights: how the model was prompted
+
+
+def read_model_card(model: str) -> dict[str, Any]:
+    """The prompt format a model trained by axiom-rl was trained with ({} for other models)."""
+    import json
+
+    path = Path(model) / MODEL_CARD
+    return json.loads(path.read_text()) if model != "tiny" and path.exists() else {}
+
+
+def load_for_inference(
+    model: str, dtype: str = "auto", device: str = "auto", tiny_size: str = "tiny", seed: int = 0
+) -> tuple[Any, Any, torch.device]:
+    """(model in eval mode, tokenizer, device): a hub name, a model directory, a LoRA adapter
+    directory (its base is loaded, then the adapter), or 'tiny'."""
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    path = Path(model)
+    if model != "tiny" and (path / "adapter_config.json").exists():
+        from peft import AutoPeftModelForCausalLM
+        from transformers import AutoTokenizer
+
+        try:
+            net = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            tok = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot load the adapter in {model}: {str(e).splitlines()[0][:200]}") from None
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+    else:
+        net, tok = load_model_and_tokenizer(model, torch_dtype, tiny_size, seed)
+    return net.to(dev).eval(), tok, dev
+
+
 def apply_lora(model: Any, r: int, alpha: int, dropout: float, target_modules: str) -> Any:
     from peft import LoraConfig, get_peft_model
 
@@ -156,11 +193,14 @@ def load_policy(
 ) -> Policy:
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    kind = check_model_spec(model, tiny_size)
+    check_model_spec(model, tiny_size)
     if finetune not in ("auto", "lora", "full"):
         raise UserError(f"finetune must be lora, full or auto, got {finetune!r}")
-    use_lora = finetune == "lora" or (finetune == "auto" and kind != "tiny")
     net, tok = load_model_and_tokenizer(model, torch_dtype, tiny_size, seed)
+    # auto: LoRA where it pays (large models); small ones train fully.
+    use_lora = finetune == "lora" or (
+        finetune == "auto" and sum(p.numel() for p in net.parameters()) > LORA_AUTO_PARAMS
+    )
     if gradient_checkpointing:
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         net.config.use_cache = False

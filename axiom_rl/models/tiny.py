@@ -1,27 +1,49 @@
-"""The built-in tiny model: a small Qwen2 and a character-level tokenizer, built here.
+"""The built-in tiny model: a small Qwen2 and a byte-level, one-token-per-byte tokenizer.
 
-Nothing is downloaded. The tokenizer has one token per printable ASCII character (plus newline
-and tab) and three specials; it decodes back to exactly the text it encoded. Model and tokenizer
-save with `save_pretrained` and load again with plain `AutoModelForCausalLM` / `AutoTokenizer`,
-like any hub model.
+Nothing is downloaded. The tokenizer has one token per byte (256) and three specials, and no
+merges: every ASCII character is one token, and any UTF-8 text encodes and decodes exactly. It is
+built with the very pipeline transformers' Qwen2Tokenizer uses (NFC, the Qwen2 split regex,
+byte-level mapping, byte-level decoding), because AutoTokenizer loads any tokenizer saved beside
+a qwen2 model as a Qwen2Tokenizer: a plain character vocabulary would silently lose its spaces
+and newlines on reload. Model and tokenizer save with `save_pretrained` and load again with plain
+`AutoModelForCausalLM` / `AutoTokenizer`, like any hub model.
 
-Sizes (parameters with the 101-token vocabulary):
-    nano    2 layers,  hidden  64, 4 heads / 2 KV,  intermediate 176     ~0.1M   (tests)
-    micro   4 layers,  hidden 128, 4 heads / 2 KV,  intermediate 352     ~0.9M   (quickstart)
-    tiny    4 layers,  hidden 256, 4 heads / 2 KV,  intermediate 688     ~2.95M  (default; the benchmark's)
-    small   8 layers,  hidden 384, 6 heads / 2 KV,  intermediate 1024    ~11M
+Sizes (parameters with the 259-token vocabulary):
+    nano    2 layers,  hidden  64, 4 heads / 2 KV,  intermediate 176     0.13M  (tests)
+    micro   4 layers,  hidden 128, 4 heads / 2 KV,  intermediate 352     0.81M  (quickstart)
+    tiny    4 layers,  hidden 256, 4 heads / 2 KV,  intermediate 688     3.04M  (default; the benchmark's shape)
+    small   8 layers,  hidden 384, 6 heads / 2 KV,  intermediate 1024    12.8M
 """
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-CHARS = [c for c in string.printable if c not in "\x0b\x0c\r"]  # 97 characters, "\n" and "\t" included
+SPECIALS = [PAD, EOS, UNK]
+# transformers' Qwen2 pre-tokenizer regex (models/qwen2/tokenization_qwen2.py): with no merges
+# it only decides where pieces start, which cannot change a one-token-per-byte encoding.
+QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+
+def byte_symbols() -> list[str]:
+    """The 256 printable stand-ins of byte-level BPE (GPT-2's bytes_to_unicode), in byte order."""
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    mapping, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            mapping[b] = chr(b)
+        else:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return [mapping[b] for b in range(256)]
 
 
 @dataclass(frozen=True)
@@ -42,12 +64,23 @@ TINY_SIZES = {
 
 
 def build_char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
-    """A character-level fast tokenizer (no merges: one token per character)."""
-    from tokenizers import Tokenizer, decoders, models
+    """One token per byte (no merges), in Qwen2Tokenizer's pipeline so that it reloads as itself."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    vocab = {tok: i for i, tok in enumerate([PAD, EOS, UNK, *CHARS])}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
-    core.decoder = decoders.Fuse()  # join characters back without separators
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + byte_symbols())}
+    core = Tokenizer(
+        models.BPE(
+            vocab=vocab, merges=[], continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False
+        )
+    )
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    core.decoder = decoders.ByteLevel()
     tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK)
     tok.padding_side = "left"  # generation pads on the left
     if chat_template is not None:
@@ -56,7 +89,7 @@ def build_char_tokenizer(chat_template: str | None = None) -> PreTrainedTokenize
 
 
 def tiny_config(
-    size: str | TinySize = "tiny", vocab_size: int = 3 + len(CHARS), max_positions: int = 2048
+    size: str | TinySize = "tiny", vocab_size: int = len(SPECIALS) + 256, max_positions: int = 2048
 ) -> Qwen2Config:
     spec = TINY_SIZES[size] if isinstance(size, str) else size
     return Qwen2Config(

@@ -65,6 +65,12 @@ class Task:
         """
         return problem.prompt
 
+    def reference_completion(self, problem: Problem, style: str = "full") -> str:
+        """A completion scoring 1.0 that continues `response_prefix` (the target for SFT)."""
+        if problem.reference_solution is None:
+            raise ValueError(f"problem {problem.id} has no reference solution")
+        return f"```python\n{problem.reference_solution.rstrip()}\n```"
+
     def follows_format(self, problem: Problem, completion: str) -> bool:
         """Does the completion have the answer format the prompt asks for? (the `format` reward)"""
         from ..verifier import has_fenced_function

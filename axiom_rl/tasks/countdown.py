@@ -223,8 +223,8 @@ class Countdown(Task):
 
     def reference_completion(self, problem: Problem, style: str = "full") -> str:
         """A completion that scores 1.0, continuing `response_prefix` (used for SFT)."""
-        if style == "compact":
-            return f"{problem.reference_solution}</answer>"
+        if style == "compact":  # no spaces: every character is a token for a character-level model
+            return f"{(problem.reference_solution or '').replace(' ', '')}</answer>"
         m = problem.metadata
         return (
             f" I need to combine {m['numbers']} to make {m['target']}.</think>\n"

@@ -49,9 +49,13 @@ def check_difficulty(task: Task, difficulty: int) -> None:
 
 
 def iter_problems(
-    task: str | Task, difficulty: int, seed: int = 0, split: str = "train"
+    task: str | Task, difficulty: int, seed: int = 0, split: str = "train", unique: bool = True
 ) -> Iterator[Problem]:
-    """The endless (task, difficulty, seed, split) sequence, problem 0 first."""
+    """The endless (task, difficulty, seed, split) sequence, problem 0 first.
+
+    unique=False lets content repeat (training streams: a small problem space, such as Countdown
+    at difficulty 1 with ~12,000 train puzzles, would otherwise run dry); the split still holds.
+    """
     task = get_task(task) if isinstance(task, str) else task
     if not task.generatable:
         raise UserError(
@@ -66,8 +70,9 @@ def iter_problems(
             rng = random.Random(f"axiom-rl/{task.name}/d{difficulty}/s{seed}/{split}/{index}/{draw}")
             problem = task.generate(rng, difficulty)
             key = task.content_key(problem)
-            if key not in seen and split_of(task, problem) == split:
-                seen.add(key)
+            if (not unique or key not in seen) and split_of(task, problem) == split:
+                if unique:
+                    seen.add(key)
                 break
         else:
             raise UserError(

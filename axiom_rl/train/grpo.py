@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import math
 import os
 import signal
@@ -40,7 +41,7 @@ from ..algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages,
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, save_config
 from ..errors import UserError, choose
-from ..models.load import Policy, check_model_spec, load_policy, resolve_device
+from ..models.load import MODEL_CARD, Policy, check_model_spec, load_policy, read_model_card, resolve_device
 from ..rewards import compute_reward, parse_reward_specs
 from ..rollout import BACKENDS, Rollout, get_backend
 from ..sandbox import Sandbox
@@ -127,10 +128,17 @@ def plan_run(cfg: TrainConfig) -> Plan:
         raise UserError(
             f"advantage_params {sorted(unknown)} unknown to {cfg.advantage!r}; it takes: {', '.join(sorted(accepted))}"
         )
-    kind = check_model_spec(cfg.model, cfg.tiny_size)
-    style = cfg.prompt_style if cfg.prompt_style != "auto" else ("compact" if kind == "tiny" else "full")
+    style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
     needs_sandbox = any(isinstance(get_task(t), CodeTask) for t in tasks)
     return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards))
+
+
+def resolve_prompt_style(style: str, model: str, kind: str) -> str:
+    """'auto': what the model was trained with (its axiom_rl.json), compact for the built-in
+    model, else full."""
+    if style != "auto":
+        return style
+    return read_model_card(model).get("prompt_style") or ("compact" if kind == "tiny" else "full")
 
 
 def prepare_run_dir(cfg: TrainConfig, create: bool = True) -> tuple[Path, Path | None]:
@@ -477,14 +485,23 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
         parallel.barrier()
 
     result = TrainResult(run_dir, step, is_main=parallel.is_main)
+    budget_spent = False
     workers = cfg.verify_workers or max(1, (os.cpu_count() or 1) // parallel.world)
     sandbox = Sandbox(workers=workers) if plan.needs_sandbox else None
     with contextlib.ExitStack() as stack, StopRequest(say if parallel.is_main else (lambda m: None)) as stop:
         if sandbox is not None:
             stack.enter_context(sandbox)
         stack.callback(log.close)
+        started = time.perf_counter()
         while step < cfg.steps:
             if parallel.total(float(stop.requested)) > 0:  # every rank stops at the same step
+                break
+            if (
+                cfg.max_seconds
+                and parallel.total(float(time.perf_counter() - started >= cfg.max_seconds)) > 0
+            ):
+                log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
+                budget_spent = True
                 break
             # 1. rollout and verification
             scored = rollout_and_score(policy, backend, stream.take(cfg.prompts_per_step), cfg, plan, sandbox)
@@ -567,10 +584,16 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
                 if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
                     checkpoint()
         checkpoint()
-        result.stopped_early = step < cfg.steps
+        result.stopped_early = step < cfg.steps and not budget_spent
         result.steps = step
         if not result.stopped_early and parallel.is_main:
-            save_final_model(policy, run_dir / "final_model", merge=cfg.merge)
+            card = {
+                "prompt_style": plan.prompt_style,
+                "chat_template": cfg.chat_template,
+                "tasks": plan.tasks,
+                "difficulties": plan.difficulties,
+            }
+            save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
             log.info(f"finished: final model in {run_dir / 'final_model'}")
     parallel.close()
     return result
@@ -666,7 +689,7 @@ def _print_samples(say: Callable[[str], None], step: int, scored: Scored, cfg: T
         )
 
 
-def save_final_model(policy: Policy, path: Path, merge: bool) -> None:
+def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, Any] | None = None) -> None:
     """save_pretrained output, loadable by plain transformers (+ peft for an adapter); atomic."""
     import shutil
     import tempfile
@@ -682,6 +705,7 @@ def save_final_model(policy: Policy, path: Path, merge: bool) -> None:
             model = model.merge_and_unload()
         model.save_pretrained(tmp, safe_serialization=True)
         policy.tokenizer.save_pretrained(tmp)
+        (tmp / MODEL_CARD).write_text(json.dumps(card or {}, indent=1) + "\n")
         if path.exists():
             shutil.rmtree(path)
         tmp.rename(path)

@@ -36,7 +36,8 @@ class ProblemStream:
     def _iterator(self, task: str, difficulty: int) -> Iterator[Problem]:
         key = self._key(task, difficulty)
         if key not in self._iters:
-            self._iters[key] = iter_problems(task, difficulty, seed=self.seed, split=self.split)
+            # Repeats allowed: a long run may see a small problem space many times over.
+            self._iters[key] = iter_problems(task, difficulty, seed=self.seed, split=self.split, unique=False)
             for _ in range(self.consumed.get(key, 0)):  # fast-forward after a restore
                 next(self._iters[key])
         return self._iters[key]

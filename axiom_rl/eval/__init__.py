@@ -1,0 +1,1 @@
+"""Evaluation: generate, verify, store every attempt in SQLite, summarise (pass@k, failures)."""

@@ -1,0 +1,209 @@
+"""`axiom-rl eval`: generate K samples per held-out problem, verify, store, summarise.
+
+Problems come from the eval split (never seen in training). Sampling is seeded per batch, so an
+interrupted evaluation rerun under the same name produces exactly the samples it would have,
+and finishes without duplicates (finished batches are skipped).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from ..config import EvalConfig
+from ..errors import UserError, choose
+from ..models.load import check_model_spec, load_for_inference
+from ..rewards import compute_reward
+from ..rollout import get_backend
+from ..sandbox import Sandbox
+from ..tasks import CodeTask, generate_problems, get_task, parse_task_list
+from ..tasks.generate import SPLITS, check_difficulty
+from ..tasks.prompts import format_prompt
+from ..types import PASSED, Problem
+from ..verifier import verify_many
+from .passk import mean_pass_at_k
+from .store import Attempt, ResultsDB, Run
+
+
+def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
+    from ..train.grpo import parse_difficulty
+
+    tasks = parse_task_list(cfg.tasks)
+    diffs = parse_difficulty(cfg.difficulty)
+    for t in tasks:
+        for d in diffs:
+            check_difficulty(get_task(t), d)
+    choose("split", cfg.split, SPLITS)
+    choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
+    if cfg.count < 1 or cfg.samples < 1 or cfg.batch_size < 1 or cfg.max_completion_length < 1:
+        raise UserError("count, samples, batch_size and max_completion_length must be >= 1")
+    if cfg.temperature < 0:
+        raise UserError(f"temperature must be >= 0, got {cfg.temperature}")
+    if cfg.temperature == 0 and cfg.samples != 1:
+        raise UserError("greedy decoding (temperature 0) gives one completion per problem: use --samples 1")
+    check_model_spec(cfg.model, cfg.tiny_size)
+    return tasks, diffs
+
+
+def default_run_name(cfg: EvalConfig) -> str:
+    mode = "greedy" if cfg.temperature == 0 else f"t{cfg.temperature:g}x{cfg.samples}"
+    return f"{cfg.model.rstrip('/').replace('/', '_')}-{'+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
+
+
+def evaluate(
+    cfg: EvalConfig, progress: Callable[[int, int], None] | None = None
+) -> tuple[str, list[dict[str, Any]]]:
+    """Run (or finish) an evaluation; returns its run name and the per-task summary."""
+    from ..train.grpo import resolve_prompt_style
+
+    tasks, diffs = check_eval_config(cfg)
+    name = cfg.run_name or default_run_name(cfg)
+    problems = [
+        p
+        for t in tasks
+        for d in diffs
+        for p in generate_problems(t, d, cfg.count, seed=cfg.seed, split=cfg.split)
+    ]
+    settings = {
+        k: v for k, v in asdict(cfg).items() if k not in ("db", "run_name", "workers", "batch_size", "device")
+    }
+    with ResultsDB(cfg.db) as db:
+        run = db.start_run(name, cfg.model, settings)
+        done = db.done(run)
+        todo = [i for i, p in enumerate(problems) if any((p.id, s) not in done for s in range(cfg.samples))]
+        if todo:
+            _generate_and_store(
+                cfg,
+                db,
+                run,
+                problems,
+                todo,
+                resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size)),
+                progress,
+            )
+        return name, summarize(db.attempts(run))
+
+
+def _generate_and_store(
+    cfg: EvalConfig, db: ResultsDB, run: Run, problems: list[Problem], todo: list[int], style: str,
+    progress: Callable[[int, int], None] | None,
+) -> None:  # fmt: skip
+    model, tokenizer, _ = load_for_inference(cfg.model, cfg.dtype, cfg.device, cfg.tiny_size, cfg.seed)
+    backend = get_backend("auto", model)
+    needs_sandbox = any(isinstance(get_task(problems[i].task), CodeTask) for i in todo)
+    sandbox = Sandbox(workers=cfg.workers).start() if needs_sandbox else None
+    finished = len(problems) - len(todo)
+    try:
+        for start in range(0, len(todo), cfg.batch_size):
+            indexes = todo[start : start + cfg.batch_size]
+            batch = [problems[i] for i in indexes]
+            torch.manual_seed(cfg.seed * 1_000_003 + indexes[0])  # the same samples on a rerun
+            prompts = [format_prompt(p, tokenizer, style, cfg.chat_template) for p in batch]
+            stops = sorted({s for p in batch for s in get_task(p.task).stop_strings})
+            t0 = time.perf_counter()
+            rollout = backend.generate(
+                model,
+                tokenizer,
+                prompts,
+                cfg.samples,
+                cfg.max_completion_length,
+                cfg.temperature,
+                cfg.top_p,
+                stops,
+                cfg.max_prompt_length,
+            )
+            per_row = (time.perf_counter() - t0) / max(1, len(rollout.texts))
+            rows = [p for p in batch for _ in range(cfg.samples)]
+            if sandbox is not None:
+                verdicts = verify_many(rows, rollout.texts, sandbox, timeout=cfg.timeout)
+            else:
+                verdicts = [get_task(p.task).score(p, text) for p, text in zip(rows, rollout.texts)]
+            attempts = []
+            for k, (p, text, v) in enumerate(zip(rows, rollout.texts, verdicts)):
+                reward, _ = compute_reward(p, text, v)
+                attempts.append(
+                    Attempt(
+                        p.id,
+                        k % cfg.samples,
+                        text,
+                        reward,
+                        v.status,
+                        v.passed,
+                        v.total,
+                        len(rollout.completion_ids[k]),
+                        per_row + v.time_s,
+                        v.detail[:300],
+                    )
+                )
+            db.add_batch(run, batch, attempts)
+            finished += len(batch)
+            if progress is not None:
+                progress(finished, len(problems))
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+
+
+def summarize(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (task, difficulty): success rate, partial score, correct/partial/failed, failure
+    statuses, mean tokens, pass@1 and pass@k for k = 5, 10, ... up to the samples per problem."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for a in attempts:
+        groups[(a["task"], a["difficulty"])].append(a)
+    out = []
+    for (task, difficulty), rows in sorted(groups.items()):
+        per_problem: dict[str, list[bool]] = defaultdict(list)
+        for a in rows:
+            per_problem[a["problem_id"]].append(a["status"] == PASSED)
+        n_min = min(len(v) for v in per_problem.values())
+        counts = [(len(v), sum(v)) for v in per_problem.values()]
+        statuses = Counter(a["status"] for a in rows)
+        correct = statuses[PASSED]
+        partial = sum(1 for a in rows if a["status"] != PASSED and a["passed"] > 0)
+        summary = {
+            "task": task,
+            "difficulty": difficulty,
+            "problems": len(per_problem),
+            "attempts": len(rows),
+            "success_rate": correct / len(rows),
+            "mean_partial": sum(a["passed"] / a["total"] if a["total"] else 0.0 for a in rows) / len(rows),
+            "correct": correct,
+            "partial": partial,
+            "failed": len(rows) - correct - partial,
+            "mean_tokens": sum(a["tokens"] for a in rows) / len(rows),
+            "pass@1": mean_pass_at_k(counts, 1),
+            "statuses": dict(sorted((s, c) for s, c in statuses.items() if s != PASSED)),
+        }
+        for k in (5, 10, 20, 50, 100):
+            if k <= n_min:
+                summary[f"pass@{k}"] = mean_pass_at_k(counts, k)
+        out.append(summary)
+    return out
+
+
+def compare(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for every (task, difficulty) in either summary, with the change in success rate."""
+    a = {(r["task"], r["difficulty"]): r for r in before}
+    b = {(r["task"], r["difficulty"]): r for r in after}
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        ra, rb = a.get(key), b.get(key)
+        rows.append(
+            {
+                "task": key[0],
+                "difficulty": key[1],
+                "before": ra["success_rate"] if ra else None,
+                "after": rb["success_rate"] if rb else None,
+                "change": rb["success_rate"] - ra["success_rate"] if ra and rb else None,
+                "partial_before": ra["mean_partial"] if ra else None,
+                "partial_after": rb["mean_partial"] if rb else None,
+                "tokens_before": ra["mean_tokens"] if ra else None,
+                "tokens_after": rb["mean_tokens"] if rb else None,
+            }
+        )
+    return rows

@@ -1,0 +1,218 @@
+"""Evaluation results in SQLite: runs, problems, attempts.
+
+    runs      id, name (unique), created, model, config (JSON: what was evaluated and how)
+    problems  id, task, difficulty, json (the problem itself, so a database is self-contained)
+    attempts  run_id, problem_id, sample  (primary key: a rerun never duplicates an attempt)
+              completion, reward, status, passed, total, tokens, latency_s, detail
+
+Write-ahead logging; each batch of attempts is one transaction, so an interrupted evaluation
+keeps every batch it finished and the database is never half-written. A file that exists but is
+not an axiom-rl database is refused, never modified.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..types import Problem
+
+APP_ID = 0x61786D72  # "axmr": SQLite's application_id header field marks our databases
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    created TEXT NOT NULL,
+    model TEXT NOT NULL,
+    config TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS problems (
+    id TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    difficulty INTEGER NOT NULL,
+    json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    problem_id TEXT NOT NULL REFERENCES problems(id),
+    sample INTEGER NOT NULL,
+    completion TEXT NOT NULL,
+    reward REAL NOT NULL,
+    status TEXT NOT NULL,
+    passed INTEGER NOT NULL,
+    total INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    latency_s REAL NOT NULL,
+    detail TEXT NOT NULL,
+    PRIMARY KEY (run_id, problem_id, sample)
+);
+CREATE INDEX IF NOT EXISTS attempts_by_problem ON attempts(problem_id);
+CREATE INDEX IF NOT EXISTS problems_by_task ON problems(task, difficulty);
+"""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    problem_id: str
+    sample: int
+    completion: str
+    reward: float
+    status: str
+    passed: int
+    total: int
+    tokens: int
+    latency_s: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    name: str
+    created: str
+    model: str
+    config: dict[str, Any]
+
+
+class ResultsDB:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        if self.path.is_dir():
+            raise UserError(f"{path} is a directory, not a database file")
+        if existed:
+            with open(self.path, "rb") as f:
+                header = f.read(100)
+            if (
+                not header.startswith(b"SQLite format 3\x00")
+                or int.from_bytes(header[68:72], "big") != APP_ID
+            ):
+                raise UserError(f"{path} exists and is not an axiom-rl results database; choose another --db")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=30)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        if not existed:
+            with self.conn:
+                self.conn.execute(f"PRAGMA application_id={APP_ID}")
+                self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                self.conn.executescript(SCHEMA)
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise UserError(
+                f"{path} has schema version {version}; this axiom-rl reads version {SCHEMA_VERSION}"
+            )
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> ResultsDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ runs
+
+    def get_run(self, name: str) -> Run | None:
+        row = self.conn.execute(
+            "SELECT id, name, created, model, config FROM runs WHERE name = ?", (name,)
+        ).fetchone()
+        return Run(row[0], row[1], row[2], row[3], json.loads(row[4])) if row else None
+
+    def require_run(self, name: str) -> Run:
+        run = self.get_run(name)
+        if run is None:
+            known = ", ".join(r.name for r in self.runs()) or "none"
+            raise UserError(f"no run named {name!r} in {self.path} (runs: {known})")
+        return run
+
+    def runs(self) -> list[Run]:
+        rows = self.conn.execute("SELECT id, name, created, model, config FROM runs ORDER BY id").fetchall()
+        return [Run(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def start_run(self, name: str, model: str, config: dict[str, Any]) -> Run:
+        """A new run, or the existing one of that name if it was started with the same settings
+        (an interrupted evaluation continues where it stopped)."""
+        existing = self.get_run(name)
+        if existing is not None:
+            if existing.config != config or existing.model != model:
+                raise UserError(f"run {name!r} already exists with other settings; choose another --run-name")
+            return existing
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO runs (name, created, model, config) VALUES (?, ?, ?, ?)",
+                (name, time.strftime("%Y-%m-%dT%H:%M:%S"), model, json.dumps(config, sort_keys=True)),
+            )
+        return self.require_run(name)
+
+    # ------------------------------------------------------------------ problems and attempts
+
+    def done(self, run: Run) -> set[tuple[str, int]]:
+        rows = self.conn.execute(
+            "SELECT problem_id, sample FROM attempts WHERE run_id = ?", (run.id,)
+        ).fetchall()
+        return {(r[0], r[1]) for r in rows}
+
+    def add_batch(self, run: Run, problems: Iterable[Problem], attempts: Sequence[Attempt]) -> None:
+        """One transaction: the problems (if new) and the attempts of a finished batch."""
+        with self.conn:
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO problems (id, task, difficulty, json) VALUES (?, ?, ?, ?)",
+                [(p.id, p.task, p.difficulty, p.to_json()) for p in problems],
+            )
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        run.id,
+                        a.problem_id,
+                        a.sample,
+                        a.completion,
+                        a.reward,
+                        a.status,
+                        a.passed,
+                        a.total,
+                        a.tokens,
+                        a.latency_s,
+                        a.detail,
+                    )
+                    for a in attempts
+                ],
+            )
+
+    def attempts(self, run: Run) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            """SELECT a.problem_id, p.task, p.difficulty, a.sample, a.completion, a.reward, a.status,
+                      a.passed, a.total, a.tokens, a.latency_s
+               FROM attempts a JOIN problems p ON p.id = a.problem_id
+               WHERE a.run_id = ? ORDER BY p.task, p.difficulty, a.problem_id, a.sample""",
+            (run.id,),
+        ).fetchall()
+        keys = (
+            "problem_id",
+            "task",
+            "difficulty",
+            "sample",
+            "completion",
+            "reward",
+            "status",
+            "passed",
+            "total",
+            "tokens",
+            "latency_s",
+        )
+        return [dict(zip(keys, r)) for r in rows]
+
+    def problem(self, problem_id: str) -> Problem:
+        row = self.conn.execute("SELECT json FROM problems WHERE id = ?", (problem_id,)).fetchone()
+        if row is None:
+            raise KeyError(problem_id)
+        return Problem.from_json(row[0])

@@ -1,0 +1,149 @@
+"""The quickstart's report: report.md and PNG plots in the run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .io import write_text_atomic
+
+
+def _smooth(values: list[float], window: int = 20) -> list[float]:
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def plot_training(metrics: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [m["step"] for m in metrics]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    mean = _smooth([m["reward_mean"] for m in metrics])
+    std = _smooth([m["reward_std"] for m in metrics])
+    ax = axes[0][0]
+    ax.plot(steps, mean, label="reward mean")
+    ax.fill_between(
+        steps,
+        [a - b for a, b in zip(mean, std)],
+        [a + b for a, b in zip(mean, std)],
+        alpha=0.2,
+        label="± std",
+    )
+    ax.plot(steps, _smooth([m["accuracy"] for m in metrics]), label="accuracy", linestyle="--")
+    ax.set_title("reward per step (20-step moving average)")
+    ax.legend()
+    axes[0][1].plot(steps, [m["kl"] for m in metrics])
+    axes[0][1].set_title("KL to the SFT base (k3 estimate)")
+    axes[1][0].plot(steps, _smooth([m["completion_len_mean"] for m in metrics]))
+    axes[1][0].set_title("completion length (tokens)")
+    axes[1][1].plot(steps, _smooth([m["zero_std_frac"] for m in metrics]))
+    axes[1][1].set_title("fraction of groups with zero reward variance")
+    for ax in axes.flat:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_accuracy(before: Any, after: Any, control: Any, difficulties: list[int], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [("SFT", before), ("SFT + GRPO", after)] + ([("more SFT (control)", control)] if control else [])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, mode in zip(axes, ("greedy", "sampled")):
+        width = 0.8 / len(series)
+        for k, (label, summary) in enumerate(series):
+            rates = [
+                next((r["success_rate"] for r in summary[mode] if r["difficulty"] == d), 0.0)
+                for d in difficulties
+            ]
+            xs = [i + k * width for i in range(len(difficulties))]
+            bars = ax.bar(xs, rates, width, label=label)
+            ax.bar_label(bars, labels=[f"{r:.0%}" for r in rates], fontsize=8)
+        ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(difficulties))])
+        ax.set_xticklabels([f"difficulty {d}" for d in difficulties])
+        ax.set_title("greedy" if mode == "greedy" else "sampled (temperature 1.0)")
+        ax.set_ylim(0, 1)
+    axes[0].set_ylabel("held-out accuracy")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _md_table(before: Any, after: Any, control: Any, cfg: Any) -> str:
+    head = "| difficulty | trained on | greedy: SFT | GRPO | change | sampled: SFT | GRPO | change |"
+    sep = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    if control:
+        head += " greedy: more SFT | sampled: more SFT |"
+        sep += " ---: | ---: |"
+    lines = [head, sep]
+    for d in (cfg.difficulty, cfg.untrained_difficulty):
+        row = [str(d), "yes" if d == cfg.difficulty else "no"]
+        extra = []
+        for mode in ("greedy", "sampled"):
+            a = next((r["success_rate"] for r in before[mode] if r["difficulty"] == d), None)
+            b = next((r["success_rate"] for r in after[mode] if r["difficulty"] == d), None)
+            row += (
+                [f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts"]
+                if a is not None and b is not None
+                else ["-"] * 3
+            )
+            if control:
+                c = next((r["success_rate"] for r in control[mode] if r["difficulty"] == d), None)
+                extra.append("-" if c is None else f"{c:.1%}")
+        lines.append("| " + " | ".join(row + extra) + " |")
+    return "\n".join(lines)
+
+
+def write_report(
+    run_dir: Path, cfg: Any, before: Any, after: Any, control: Any, metrics: list[dict[str, Any]],
+    sft_seconds: float, sft_cached: bool, grpo_seconds: float, total_seconds: float,
+) -> None:  # fmt: skip
+    difficulties = [cfg.difficulty, cfg.untrained_difficulty]
+    if metrics:
+        plot_training(metrics, run_dir / "training.png")
+    plot_accuracy(before, after, control, difficulties, run_dir / "accuracy.png")
+    n = cfg.eval_count
+    sft_line = "cached from an earlier run" if sft_cached else f"{sft_seconds:.0f}s"
+    text = f"""# axiom-rl quickstart
+
+The built-in tiny model ({cfg.tiny_size}) learns Countdown: SFT on reference solutions, then GRPO.
+Accuracy is measured on {n} held-out eval problems per difficulty (never seen in training):
+greedy, and sampled at temperature 1.0 with {cfg.eval_samples} samples per problem.
+Difficulty {cfg.untrained_difficulty} was never trained on: it is the forgetting check.
+
+{_md_table(before, after, control, cfg)}
+
+- SFT warm-up: {cfg.sft_steps} steps ({sft_line}); GRPO: {len(metrics)} steps ({grpo_seconds:.0f}s); whole run {total_seconds:.0f}s.
+- Seed {cfg.seed}. Settings: `quickstart.json`; GRPO run: `grpo/` (config.json, metrics.jsonl, samples.jsonl);
+  every attempt: `results.db` (`axiom-rl eval compare sft-greedy grpo-greedy --db {run_dir / "results.db"}`).
+{"- Control: the same extra wall time as GRPO spent on more SFT, from the same base (`more-sft/`)." if control else "- Run with `--control` to also spend GRPO's wall time on more SFT instead (the control)."}
+
+![training](training.png)
+
+![accuracy](accuracy.png)
+"""
+    write_text_atomic(run_dir / "report.md", text)
+    summary = {
+        "before": before,
+        "after": after,
+        "control": control,
+        "grpo_steps": len(metrics),
+        "grpo_seconds": grpo_seconds,
+        "total_seconds": total_seconds,
+    }
+    write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=1) + "\n")

@@ -1,0 +1,146 @@
+"""Supervised fine-tuning: the warm-up before GRPO ("SFT teaches the pattern, GRPO refines it").
+
+Two sources of targets, rendered in exactly the prompt format training and evaluation use:
+- reference solutions of generated train problems (distillation from the built-in solvers);
+- `from_samples`: the verified-correct completions of an evaluation run in a results database
+  (rejection sampling: the model's own successes become its training data).
+The loss is the mean negative log-likelihood of completion tokens only (the prompt is context),
+the completion ending with EOS so the model learns to stop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import SFTConfig, save_config
+from ..errors import UserError, choose
+from ..models.load import check_model_spec, load_policy
+from ..tasks import get_task, parse_task_list
+from ..tasks.generate import check_difficulty
+from ..tasks.prompts import format_prompt
+from ..types import PASSED
+from .batch import build_batch, completion_logprobs
+from .problems import ProblemStream
+from .runlog import RunLog
+
+
+def sft_examples(cfg: SFTConfig, tokenizer: Any, style: str) -> Iterator[tuple[str, str]]:
+    """(prompt, completion) pairs, endlessly, in the order the seed gives."""
+    if cfg.from_samples:
+        from ..eval.store import ResultsDB
+
+        with ResultsDB(cfg.db) as db:
+            run = db.require_run(cfg.from_samples)
+            good = [a for a in db.attempts(run) if a["status"] == PASSED]
+            problems = {a["problem_id"]: db.problem(a["problem_id"]) for a in good}
+        if not good:
+            raise UserError(f"run {cfg.from_samples!r} has no correct completions to learn from")
+        pairs = [
+            (format_prompt(problems[a["problem_id"]], tokenizer, style, cfg.chat_template), a["completion"])
+            for a in good
+        ]
+        order = torch.Generator().manual_seed(cfg.seed)
+        while True:
+            for i in torch.randperm(len(pairs), generator=order).tolist():
+                yield pairs[i]
+    from .grpo import parse_difficulty
+
+    stream = ProblemStream(parse_task_list(cfg.tasks), parse_difficulty(cfg.difficulty), cfg.seed)
+    while True:
+        p = stream.next()
+        yield (
+            format_prompt(p, tokenizer, style, cfg.chat_template),
+            get_task(p.task).reference_completion(p, style),
+        )
+
+
+def check_sft_config(cfg: SFTConfig) -> str:
+    from .grpo import parse_difficulty, resolve_prompt_style
+
+    for t in parse_task_list(cfg.tasks):
+        for d in parse_difficulty(cfg.difficulty):
+            check_difficulty(get_task(t), d)
+    choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
+    choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
+    if cfg.steps < 1 or cfg.batch_size < 1 or cfg.lr <= 0:
+        raise UserError("steps and batch_size must be >= 1 and lr > 0")
+    return resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
+
+
+def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> Path:
+    """Fine-tune and write output_dir/final_model. Returns the final model's directory."""
+    from transformers import get_scheduler
+
+    from .grpo import save_final_model
+
+    style = check_sft_config(cfg)
+    run_dir = Path(cfg.output_dir)
+    if (run_dir / "config.json").exists():
+        raise UserError(f"{run_dir} already holds a run; choose another --output-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.json")
+    torch.manual_seed(cfg.seed)
+    policy = load_policy(
+        cfg.model, tiny_size=cfg.tiny_size, finetune=cfg.finetune, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules, dtype=cfg.dtype,
+        device=cfg.device, need_reference=False, seed=cfg.seed,
+    )  # fmt: skip
+    tok = policy.tokenizer
+    optimizer = torch.optim.AdamW(policy.trainable_parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = get_scheduler(
+        cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
+    )
+    examples = sft_examples(cfg, tok, style)
+    log = RunLog(run_dir, tensorboard=False)
+    log.info(
+        f"SFT of {cfg.model} on {'samples of ' + cfg.from_samples if cfg.from_samples else ','.join(cfg.tasks)}"
+    )
+    start = time.perf_counter()
+    policy.model.train()
+    step = 0
+    try:
+        for step in range(1, cfg.steps + 1):
+            batch_pairs = list(itertools.islice(examples, cfg.batch_size))
+            prompts = tok([p for p, _ in batch_pairs], add_special_tokens=False)["input_ids"]
+            completions = [
+                [*ids, tok.eos_token_id]
+                for ids in tok([c for _, c in batch_pairs], add_special_tokens=False)["input_ids"]
+            ]
+            batch = build_batch(prompts, completions, tok.pad_token_id, policy.device)
+            logprobs, _ = completion_logprobs(policy.model, batch)
+            loss = -(logprobs * batch.completion_mask).sum() / batch.completion_mask.sum()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters, cfg.max_grad_norm or math.inf)
+            optimizer.step()
+            scheduler.step()
+            elapsed = time.perf_counter() - start
+            row = {
+                "step": step,
+                "loss": float(loss.detach()),
+                "lr": scheduler.get_last_lr()[0],
+                "elapsed_s": elapsed,
+            }
+            log.metrics(row)
+            if progress is not None:
+                progress(step, cfg.steps, row)
+            if cfg.max_seconds and elapsed >= cfg.max_seconds:
+                log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
+                break
+        card = {
+            "prompt_style": style,
+            "chat_template": cfg.chat_template,
+            "tasks": list(cfg.tasks),
+            "sft_steps": step,
+        }
+        save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
+    finally:
+        log.close()
+    return run_dir / "final_model"

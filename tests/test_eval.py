@@ -1,0 +1,355 @@
+"""Evaluation into SQLite, pass@k, comparison, SFT warm-up, and the quickstart pipeline."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from axiom_rl.cli import main
+from axiom_rl.config import EvalConfig, SFTConfig
+from axiom_rl.errors import UserError
+from axiom_rl.eval.evaluate import evaluate
+from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
+from axiom_rl.eval.store import Attempt, ResultsDB
+from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.tasks import generate_problems, get_task
+from axiom_rl.train.sft import sft
+
+# ---------------------------------------------------------------------------------- pass@k
+
+
+def test_pass_at_k_hand_computed():
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)  # c / n
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(5, 2, 4) == 1.0  # only 3 wrong samples: any 4 include a right one
+    assert pass_at_k(10, 0, 5) == 0.0
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - math.comb(7, 5) / math.comb(10, 5))  # = 11/12
+    assert mean_pass_at_k([(4, 0), (4, 4)], 1) == 0.5
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+def test_pass_at_k_matches_the_binomial_form():
+    for n in range(1, 12):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
+
+
+# ---------------------------------------------------------------------------------- the store
+
+
+def test_store_keeps_runs_problems_and_attempts(tmp_path):
+    db_path = tmp_path / "r.db"
+    p = generate_problems("countdown", 1, 2)
+    with ResultsDB(db_path) as db:
+        run = db.start_run("a", "tiny", {"x": 1})
+        db.add_batch(
+            run,
+            p,
+            [
+                Attempt(p[0].id, 0, "c", 1.0, "passed", 1, 1, 3, 0.1),
+                Attempt(p[1].id, 0, "d", 0.0, "format_error", 0, 1, 2, 0.1),
+            ],
+        )
+        db.add_batch(
+            run, p, [Attempt(p[0].id, 0, "again", 0.0, "passed", 1, 1, 3, 0.1)]
+        )  # a rerun never duplicates
+        assert len(db.attempts(run)) == 2 and db.problem(p[1].id) == p[1]
+        assert db.start_run("a", "tiny", {"x": 1}).id == run.id  # same settings: continue
+        with pytest.raises(UserError, match="other settings"):
+            db.start_run("a", "tiny", {"x": 2})
+        with pytest.raises(UserError, match="no run named 'b'"):
+            db.require_run("b")
+    assert sqlite3.connect(db_path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_database_that_is_not_ours_is_refused_and_left_alone(tmp_path):
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
+    with pytest.raises(UserError, match="not an axiom-rl results database"):
+        ResultsDB(other)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(UserError, match="not an axiom-rl"):
+        ResultsDB(text)
+    assert other.read_bytes() == before and text.read_text() == "hello"
+
+
+# ---------------------------------------------------------------------------------- evaluate
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    model, tok = build_tiny_model("nano", seed=0)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / "axiom_rl.json").write_text(
+        json.dumps({"prompt_style": "compact", "tasks": ["countdown"], "difficulties": [1]})
+    )
+    return path
+
+
+def small_eval(model_dir, db, **kw) -> EvalConfig:
+    values = dict(
+        model=str(model_dir),
+        tasks=["countdown"],
+        difficulty="1-2",
+        count=6,
+        samples=3,
+        temperature=1.0,
+        max_completion_length=8,
+        db=str(db),
+        batch_size=4,
+    )
+    values.update(kw)
+    return EvalConfig(**values)
+
+
+def test_evaluate_stores_every_attempt_and_summarises(tmp_path, model_dir):
+    name, summary = evaluate(small_eval(model_dir, tmp_path / "r.db", run_name="first"))
+    assert name == "first" and [(s["task"], s["difficulty"]) for s in summary] == [
+        ("countdown", 1),
+        ("countdown", 2),
+    ]
+    for s in summary:
+        assert s["problems"] == 6 and s["attempts"] == 18
+        assert s["correct"] + s["partial"] + s["failed"] == 18
+        assert 0 <= s["pass@1"] <= 1 and "pass@5" not in s  # only 3 samples per problem
+    with ResultsDB(tmp_path / "r.db") as db:
+        rows = db.attempts(db.require_run("first"))
+    assert len(rows) == 36 and {r["sample"] for r in rows} == {0, 1, 2}
+    assert all(r["tokens"] <= 8 for r in rows)
+
+
+def test_an_interrupted_evaluation_finishes_without_duplicates(tmp_path, model_dir):
+    evaluate(small_eval(model_dir, tmp_path / "whole.db", run_name="r"))
+    batches = []
+
+    def kill_after_first_batch(done, total):
+        batches.append(done)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(small_eval(model_dir, tmp_path / "cut.db", run_name="r"), progress=kill_after_first_batch)
+    with ResultsDB(tmp_path / "cut.db") as db:
+        assert len(db.attempts(db.require_run("r"))) == 4 * 3  # the first batch: 4 problems x 3 samples
+    evaluate(small_eval(model_dir, tmp_path / "cut.db", run_name="r"))
+    with ResultsDB(tmp_path / "cut.db") as a, ResultsDB(tmp_path / "whole.db") as b:
+        cut, full = a.attempts(a.require_run("r")), b.attempts(b.require_run("r"))
+    assert len(cut) == 36
+    key = lambda r: (r["problem_id"], r["sample"])  # noqa: E731
+    assert sorted(map(key, cut)) == sorted(map(key, full))
+    assert [r["completion"] for r in sorted(cut, key=key)] == [r["completion"] for r in sorted(full, key=key)]
+
+
+def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):
+    db = tmp_path / "r.db"
+    args = [
+        "eval",
+        "--model",
+        str(model_dir),
+        "--task",
+        "countdown",
+        "--difficulty",
+        "1-2",
+        "--count",
+        "4",
+        "--max-completion-length",
+        "8",
+        "--db",
+        str(db),
+    ]
+    assert main([*args, "--run-name", "before"]) == 0
+    assert main([*args, "--run-name", "after", "--temperature", "1.0", "--samples", "2"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "compare", "before", "after", "--db", str(db), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["task"], r["difficulty"], r["trained_on"]) for r in rows] == [
+        ("countdown", 1, "yes"),
+        ("countdown", 2, "no"),
+    ]
+    assert all(r["change"] == pytest.approx(r["after"] - r["before"]) for r in rows)
+    assert main(["eval", "compare", "before", "after", "--db", str(db), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("task,difficulty,before,after,change")
+    assert main(["eval", "compare", "before", "after", "--db", str(db), "--format", "markdown"]) == 0
+    assert "| countdown | 1 | yes |" in capsys.readouterr().out
+    assert main(["eval", "list", "--db", str(db)]) == 0
+    assert "before" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["eval", "compare", "before", "nope"], "no run named 'nope'"),
+        (["eval", "--model", "./missing-model", "--task", "countdown"], "no such model directory"),
+        (["eval", "--task", "countdown", "--temperature", "0", "--samples", "3"], "--samples 1"),
+    ],
+)
+def test_eval_user_errors(tmp_path, model_dir, capsys, args, message):
+    db = tmp_path / "r.db"
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(model_dir),
+                "--count",
+                "2",
+                "--max-completion-length",
+                "4",
+                "--db",
+                str(db),
+                "--run-name",
+                "before",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    code = main([*args, "--db", str(db)])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_eval_refuses_a_foreign_database(tmp_path, model_dir, capsys):
+    foreign = tmp_path / "f.db"
+    foreign.write_text("not sqlite at all")
+    assert main(["eval", "--model", str(model_dir), "--count", "2", "--db", str(foreign)]) == 2
+    assert "not an axiom-rl results database" in capsys.readouterr().err
+    assert foreign.read_text() == "not sqlite at all"
+
+
+# ---------------------------------------------------------------------------------- SFT
+
+
+def test_sft_on_reference_solutions_learns_the_format(tmp_path):
+    final = sft(
+        SFTConfig(
+            tiny_size="nano",
+            steps=60,
+            batch_size=16,
+            lr=5e-3,
+            warmup_steps=5,
+            output_dir=str(tmp_path / "sft"),
+        )
+    )
+    rows = [json.loads(line) for line in (tmp_path / "sft/metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 60 and rows[-1]["loss"] < rows[0]["loss"] / 2
+    card = json.loads((final / "axiom_rl.json").read_text())
+    assert card["prompt_style"] == "compact"
+    _, summary = evaluate(
+        EvalConfig(model=str(final), count=20, max_completion_length=24, db=str(tmp_path / "r.db"))
+    )
+    assert summary[0]["statuses"].get("format_error", 0) < 20  # it writes answers in tags now
+
+
+def test_sft_from_the_samples_of_an_evaluation(tmp_path):
+    db = tmp_path / "r.db"
+    problems = generate_problems("countdown", 1, 5, split="eval")
+    task = get_task("countdown")
+    with ResultsDB(db) as store:
+        run = store.start_run("good", "tiny", {})
+        store.add_batch(
+            run,
+            problems,
+            [
+                Attempt(p.id, 0, task.reference_completion(p, "compact"), 1.0, "passed", 1, 1, 9, 0.0)
+                for p in problems[:3]
+            ],
+        )
+        empty = store.start_run("bad", "tiny", {"n": 1})
+        store.add_batch(
+            empty, problems, [Attempt(p.id, 0, "nope", 0.0, "format_error", 0, 1, 2, 0.0) for p in problems]
+        )
+    final = sft(
+        SFTConfig(
+            tiny_size="nano",
+            steps=5,
+            batch_size=4,
+            from_samples="good",
+            db=str(db),
+            output_dir=str(tmp_path / "a"),
+        )
+    )
+    assert (final / "model.safetensors").exists()
+    with pytest.raises(UserError, match="no correct completions"):
+        sft(
+            SFTConfig(
+                tiny_size="nano", steps=5, from_samples="bad", db=str(db), output_dir=str(tmp_path / "b")
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------- quickstart
+
+
+@pytest.mark.slow
+def test_quickstart_pipeline_end_to_end(tmp_path):
+    from rich.console import Console
+
+    from axiom_rl.cli import phase_bar
+    from axiom_rl.quickstart import QuickstartConfig, run_quickstart
+
+    cfg = QuickstartConfig(
+        sft_steps=30,
+        grpo_steps=3,
+        eval_count=8,
+        eval_samples=2,
+        control=True,
+        output_dir=str(tmp_path / "runs"),
+        cache_dir=str(tmp_path / "cache"),
+    )
+    console = Console(file=open(tmp_path / "out.txt", "w"), width=100)  # noqa: SIM115
+    run = run_quickstart(cfg, console, phase_bar)
+    for name in (
+        "report.md",
+        "training.png",
+        "accuracy.png",
+        "results.db",
+        "summary.json",
+        "grpo/final_model",
+        "more-sft/final_model",
+    ):
+        assert (run / name).exists(), name
+    summary = json.loads((run / "summary.json").read_text())
+    assert {r["difficulty"] for r in summary["after"]["greedy"]} == {
+        1,
+        3,
+    }  # the trained and an untrained difficulty
+    assert "| 1 | yes |" in (run / "report.md").read_text()
+    assert len(list((tmp_path / "cache").glob("sft-*/final_model"))) == 1
+    second = run_quickstart(cfg, console, phase_bar)  # starts at GRPO: the SFT'd base is cached
+    assert "(cached)" in (tmp_path / "out.txt").read_text() and second != run
+
+
+def test_quickstart_command_rejects_bad_counts(capsys):
+    assert main(["quickstart", "--eval-count", "0"]) == 2
+    assert "--eval-count must be >= 1" in capsys.readouterr().err
+
+
+def test_problems_check_command(capsys):
+    assert main(["problems", "check", "--count", "1"]) == 0
+    assert "reference solutions verified" in capsys.readouterr().out
+
+
+def test_make_quickstart_target_calls_the_cli():
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "$(BIN)/axiom-rl quickstart" in makefile
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "axiom_rl", "quickstart", "--help"], capture_output=True
+        ).returncode
+        == 0
+    )

@@ -1,0 +1,52 @@
+"""The built-in tiny model and its tokenizer: what a user loading them with plain transformers gets."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from axiom_rl.models.tiny import TINY_SIZES, build_char_tokenizer, build_tiny_model
+
+TEXTS = ["10 19 -> 10\n<answer>", "def f(x):\n\treturn  x  # two spaces", "héllo – ünïcode ✓", "", "   \n\n"]
+
+
+def test_tokenizer_round_trips_every_text_exactly():
+    tok = build_char_tokenizer()
+    for text in TEXTS:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text
+    assert len(tok("abc 12+3", add_special_tokens=False)["input_ids"]) == 8  # one token per ASCII character
+
+
+def test_saved_model_and_tokenizer_reload_as_the_same_thing(tmp_path):
+    # AutoTokenizer loads a tokenizer saved beside a qwen2 model as a Qwen2Tokenizer, which rebuilds
+    # the pre-tokenizer: a plain character vocabulary lost every space there. It must not.
+    model, tok = build_tiny_model("nano", seed=1)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    for text in TEXTS:
+        assert (
+            again(text, add_special_tokens=False)["input_ids"]
+            == tok(text, add_special_tokens=False)["input_ids"]
+        ), text
+        assert again.decode(again(text, add_special_tokens=False)["input_ids"]) == text
+    assert (again.eos_token_id, again.pad_token_id) == (tok.eos_token_id, tok.pad_token_id)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert all((a == b).all() for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+
+
+@pytest.mark.parametrize(
+    "size, low, high", [("nano", 0.1e6, 0.2e6), ("micro", 0.7e6, 0.9e6), ("tiny", 2.9e6, 3.1e6)]
+)
+def test_sizes(size, low, high):
+    assert size in TINY_SIZES
+    assert low < sum(p.numel() for p in build_tiny_model(size)[0].parameters()) < high
+
+
+def test_same_seed_same_weights():
+    a, _ = build_tiny_model("nano", seed=4)
+    b, _ = build_tiny_model("nano", seed=4)
+    c, _ = build_tiny_model("nano", seed=5)
+    assert all((x == y).all() for x, y in zip(a.parameters(), b.parameters()))
+    assert any((x != y).any() for x, y in zip(a.parameters(), c.parameters()))
