@@ -68,6 +68,9 @@ class TrainConfig:
     """Completions per prompt (G, the group size)."""
     max_completion_length: int = 256
     """Most tokens generated per completion."""
+    min_completion_length: int = 0
+    """Completions are at least this long (EOS is not sampled before); equal to the maximum, it
+    forces full length (benchmarks use it so that every run does the same work)."""
     max_prompt_length: int = 1024
     """Prompts longer than this (in tokens) are truncated on the left."""
     temperature: float = 1.0
@@ -75,7 +78,8 @@ class TrainConfig:
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens with this much probability."""
     rollout_backend: str = "auto"
-    """How completions are generated: 'hf' (transformers generate) or auto."""
+    """How completions are generated: 'fast' (axiom-rl's decode loop for Qwen2-architecture
+    models), 'hf' (transformers generate), or auto (fast where it supports the model)."""
     # -- algorithm --------------------------------------------------------------------------
     advantage: str = "grpo"
     """Advantage estimator (ADVANTAGES in axiom_rl.algorithms)."""

@@ -28,7 +28,15 @@ from axiom_rl.train.grpo import TrainingStopped, train
 from axiom_rl.types import PASSED, WRONG_ANSWER, Problem, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING_KEYS = {"time_rollout_s", "time_reward_s", "time_update_s", "tokens_per_s"}
+TIMING_KEYS = {
+    "time_rollout_s",
+    "time_reward_s",
+    "time_update_s",
+    "time_reference_s",
+    "time_forward_s",
+    "time_backward_s",
+    "tokens_per_s",
+}
 
 
 class CountLetters(Task):

@@ -2,7 +2,8 @@
 
 A backend turns prompts into completions; everything after (verification, rewards, loss) sees
 only token ids and text. Completions end at EOS (kept: the model must learn to stop) or at the
-first stop string (kept, as far as the token that completes it); padding is never included.
+first stop string (kept, as far as the token that completes it). The padding token is never
+sampled (when it is not also EOS), so it only ever means padding.
 """
 
 from __future__ import annotations
@@ -76,15 +77,29 @@ def decode_completion(tokenizer: Any, tokens: Sequence[int]) -> str:
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
-BACKENDS = ("auto", "hf")
+BACKENDS = ("auto", "fast", "hf")
 
 
-def get_backend(name: str, model: Any = None) -> RolloutBackend:
-    """A backend by name: 'hf' (transformers generate), or 'auto'."""
+def get_backend(name: str, model: Any = None, min_new_tokens: int = 0) -> RolloutBackend:
+    """'fast' (axiom-rl's decode loop, Qwen2 models), 'hf' (transformers generate), or 'auto'
+    (fast where it supports the model, else hf)."""
+    from .fast import FastBackend, supports
     from .hf import HFBackend
 
-    if name in ("hf", "auto"):
-        return HFBackend()
+    if name == "hf":
+        return HFBackend(min_new_tokens)
+    if name == "fast":
+        if model is not None and not supports(model):
+            raise UserError(
+                "the fast rollout backend supports Qwen2-architecture models; use --rollout-backend hf"
+            )
+        return FastBackend(min_new_tokens)
+    if name == "auto":
+        return (
+            FastBackend(min_new_tokens)
+            if model is not None and supports(model)
+            else HFBackend(min_new_tokens)
+        )
     raise UserError(f"unknown rollout backend {name!r}; choose from: {', '.join(BACKENDS)}")
 
 

@@ -13,6 +13,9 @@ from . import Rollout, decode_completion, encode_prompts, left_pad, trim_complet
 class HFBackend:
     name = "hf"
 
+    def __init__(self, min_new_tokens: int = 0) -> None:
+        self.min_new_tokens = min_new_tokens  # > 0 forces length (benchmarks: identical work)
+
     @torch.no_grad()
     def generate(
         self,
@@ -39,9 +42,17 @@ class HFBackend:
         }
         if sampling:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        if self.min_new_tokens:
+            kwargs["min_new_tokens"] = self.min_new_tokens
+        if tokenizer.pad_token_id is not None and tokenizer.pad_token_id != tokenizer.eos_token_id:
+            kwargs["suppress_tokens"] = [tokenizer.pad_token_id]  # padding is never a token to generate
         if stop_strings:
             kwargs.update(stop_strings=list(stop_strings), tokenizer=tokenizer)
+        if not sampling:  # greedy rows of one prompt are identical: generate once, repeat
+            kwargs["num_return_sequences"] = 1
         out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        if not sampling:
+            out = out.repeat_interleave(num_generations, dim=0)
         sampled = out[:, ids.shape[1] :].tolist()  # [B*G, <=max_new_tokens], prompt-major
         rows_prompt, rows_completion, texts, finished = [], [], [], []
         for i, tokens in enumerate(sampled):

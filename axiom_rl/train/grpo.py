@@ -185,6 +185,8 @@ def rollout_and_score(
     g = cfg.num_generations
     prompts = [format_prompt(p, policy.tokenizer, plan.prompt_style, cfg.chat_template) for p in problems]
     stops = sorted({s for p in problems for s in get_task(p.task).stop_strings})
+    if cfg.min_completion_length >= cfg.max_completion_length:
+        stops = []  # forced full length: identical work for every completion
     start = time.perf_counter()
     policy.model.eval()
     rollout = backend.generate(
@@ -325,9 +327,11 @@ def optimizer_step(
     parts = list(micro_batches(n, cfg.gradient_accumulation_steps))
     totals: Counter[str] = Counter()
     loss_total, entropy_sum, token_sum = 0.0, 0.0, 0.0
+    time_forward = time_backward = 0.0
     for index, rows in enumerate(parts):
         part = batch.rows(rows)
         with parallel.no_sync(train_model, skip=index < len(parts) - 1):
+            t0 = time.perf_counter()
             logprobs, entropy = completion_logprobs(train_model, part, cfg.temperature, with_entropy=True)
             loss, metrics = policy_loss(
                 logprobs,
@@ -344,7 +348,10 @@ def optimizer_step(
                 num_items=num_items,
                 num_sequences=n,
             )
+            t1 = time.perf_counter()
             loss.backward()
+            time_forward += t1 - t0
+            time_backward += time.perf_counter() - t1
         loss_total += float(loss.detach())
         share = (rows.stop - rows.start) / n
         for k, v in metrics.items():
@@ -362,6 +369,8 @@ def optimizer_step(
         "finite": 1.0 if finite else 0.0,
         "grad_norm": float(grad_norm),
         "entropy": entropy_sum / max(1.0, token_sum),
+        "time_forward_s": time_forward,
+        "time_backward_s": time_backward,
         **totals,
     }
 
@@ -447,7 +456,7 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
         seed=cfg.seed,
     )
     train_model = parallel.wrap(policy.model)
-    backend = get_backend(cfg.rollout_backend, policy.model)
+    backend = get_backend(cfg.rollout_backend, policy.model, cfg.min_completion_length)
     optimizer = torch.optim.AdamW(policy.trainable_parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = make_scheduler(cfg, optimizer)
     stream = ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank)
@@ -537,7 +546,7 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
                 with policy.reference_mode() as reference:
                     ref = frozen_logprobs(reference, batch, cfg)
             old = frozen_logprobs(policy.model, batch, cfg) if cfg.num_iterations > 1 else None
-            time_ref = time.perf_counter() - start
+            time_ref = time_reference = time.perf_counter() - start
             # 4. num_iterations optimizer steps on this rollout
             for _ in range(cfg.num_iterations):
                 if step >= cfg.steps:
@@ -567,6 +576,8 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
                     time_update,
                     cfg,
                 )
+                row["time_reference_s"] = time_reference  # the reference pass belongs to the first update
+                time_reference = 0.0
                 row = merge_ranks(row, rewards, parallel)
                 log.metrics(row)
                 log.samples(sample_rows(step, scored, cfg))
@@ -654,6 +665,8 @@ def step_metrics(
         "time_rollout_s": scored.time_rollout,
         "time_reward_s": scored.time_reward,
         "time_update_s": time_update,
+        "time_forward_s": update.get("time_forward_s", 0.0),
+        "time_backward_s": update.get("time_backward_s", 0.0),
         "tokens_per_s": sum(lengths) / scored.time_rollout if scored.time_rollout > 0 else 0.0,
         "completions": len(scored.verdicts),
         "world_size": 1,

@@ -1,0 +1,324 @@
+"""A fast rollout backend for Qwen2-architecture models: axiom-rl's own decode loop.
+
+What transformers' `generate` pays per token -- cache objects, mask building, logits processors,
+output dataclasses, Python per layer of indirection -- is most of the time of a small model on a
+CPU. This loop runs the same arithmetic with nothing else:
+
+- each prompt is prefilled once, then its KV cache is copied to its G rows (generate prefills
+  every row, G times the work);
+- one pre-allocated KV cache [layers, rows, kv heads, prompt + completion, head dim]; attention
+  reads a view of its filled part, with a mask for the left padding;
+- rotary tables computed once; q/k/v and gate/up projections fused into one matmul each;
+- sampling (temperature, top-p) on the device with the global torch RNG, so seeds decide it;
+- LoRA adapters are folded into temporary effective weights for the rollout (W + scale * B A),
+  so an adapted model decodes as fast as a plain one.
+
+It reads the model's own parameters, so it always samples from the current policy. `supports`
+says which models it handles (standard Qwen2 causal LMs, with or without LoRA); the trainer falls
+back to `hf` for anything else. tests/test_fast_rollout.py checks its log-probs against the
+transformers forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from . import Rollout, decode_completion, encode_prompts, trim_completion
+
+
+def _base_model(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def supports(model: Any) -> bool:
+    base = _base_model(model)
+    if type(base).__name__ != "Qwen2ForCausalLM":
+        return False
+    cfg = base.config
+    rope = getattr(cfg, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    return (
+        not getattr(cfg, "use_sliding_window", False)
+        and getattr(cfg, "hidden_act", "silu") == "silu"
+        and rope_type == "default"
+        and getattr(cfg, "attention_dropout", 0.0) == 0.0
+    )
+
+
+def _effective(linear: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight, bias) of a Linear, with any active LoRA adapters folded into the weight."""
+    if hasattr(linear, "base_layer"):  # a peft LoRA layer
+        weight = linear.base_layer.weight
+        bias = linear.base_layer.bias
+        if not getattr(linear, "disable_adapters", False) and not getattr(linear, "merged", False):
+            for name in linear.active_adapters:
+                if name in linear.lora_A:
+                    a = linear.lora_A[name].weight
+                    b = linear.lora_B[name].weight
+                    weight = weight + (b @ a).to(weight.dtype) * linear.scaling[name]
+        return weight, bias
+    return linear.weight, linear.bias
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor
+    wqkv: torch.Tensor  # [(h + 2 kvh) * hd, d]
+    bqkv: torch.Tensor | None
+    wo: torch.Tensor
+    ln2: torch.Tensor
+    wgu: torch.Tensor  # [2 * inter, d]
+    wdown: torch.Tensor
+
+
+class _Weights:
+    """The policy's current weights, in the layout the loop uses (built once per rollout)."""
+
+    def __init__(self, model: Any) -> None:
+        base = _base_model(model)
+        cfg = base.config
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.eps = cfg.rms_norm_eps
+        self.theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}).get(
+            "rope_theta", 10000.0
+        )
+        inner = base.model
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm.weight
+        self.lm_head = _effective(base.lm_head)[0]
+        self.layers = []
+        for layer in inner.layers:
+            att, mlp = layer.self_attn, layer.mlp
+            (wq, bq), (wk, bk), (wv, bv) = (
+                _effective(att.q_proj),
+                _effective(att.k_proj),
+                _effective(att.v_proj),
+            )
+            bqkv = torch.cat([bq, bk, bv]) if bq is not None else None
+            wg, wu = _effective(mlp.gate_proj)[0], _effective(mlp.up_proj)[0]
+            self.layers.append(
+                _Layer(
+                    layer.input_layernorm.weight,
+                    torch.cat([wq, wk, wv]),
+                    bqkv,
+                    _effective(att.o_proj)[0],
+                    layer.post_attention_layernorm.weight,
+                    torch.cat([wg, wu]),
+                    _effective(mlp.down_proj)[0],
+                )
+            )
+
+    def rope(
+        self, length: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        inv = 1.0 / (
+            self.theta
+            ** (torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float32) / self.head_dim)
+        )
+        freqs = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), w, eps)  # one fused op
+    var = x.float().pow(2).mean(-1, keepdim=True)  # low precision: normalise in float32, as transformers does
+    return (x.float() * torch.rsqrt(var + eps)).to(x.dtype) * w
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def _forward(
+    w: _Weights,
+    ids: torch.Tensor,  # [N, S] new tokens
+    positions: torch.Tensor,  # [N, S] rotary positions
+    cache_k: torch.Tensor,  # [L, N, kvh, T, hd]
+    cache_v: torch.Tensor,
+    start: int,  # cache slot of ids[:, 0]
+    mask: torch.Tensor,  # [N, 1, S, start + S] True where attention is allowed
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    every_position: bool = False,
+) -> torch.Tensor:
+    """Logits of the last position [N, V] (every position [N, S, V] if asked); writes K/V of the
+    new tokens into the cache."""
+    n, s = ids.shape
+    h, kvh, hd = w.heads, w.kv_heads, w.head_dim
+    x = F.embedding(ids, w.embed)  # [N, S, d]
+    c, si = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)  # [N, 1, S, hd]
+    end = start + s
+    for i, layer in enumerate(w.layers):
+        y = _rms(x, layer.ln1, w.eps)
+        qkv = F.linear(y, layer.wqkv, layer.bqkv)  # [N, S, (h + 2 kvh) hd]
+        qk, v = qkv.split([(h + kvh) * hd, kvh * hd], dim=-1)
+        qk = _rotate(qk.view(n, s, h + kvh, hd).transpose(1, 2), c, si)  # q and k rotated together
+        q, k = qk[:, :h], qk[:, h:]  # [N, h, S, hd], [N, kvh, S, hd]
+        cache_k[i, :, :, start:end] = k
+        cache_v[i, :, :, start:end] = v.view(n, s, kvh, hd).transpose(1, 2)
+        att = F.scaled_dot_product_attention(
+            q, cache_k[i, :, :, :end], cache_v[i, :, :, :end], attn_mask=mask, enable_gqa=h != kvh
+        )
+        x = x + F.linear(att.transpose(1, 2).reshape(n, s, h * hd), layer.wo)
+        y = _rms(x, layer.ln2, w.eps)
+        gate, up = F.linear(y, layer.wgu).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, layer.wdown)
+    return F.linear(_rms(x if every_position else x[:, -1], w.norm, w.eps), w.lm_head)
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row, on the device: inverse-CDF sampling draws one uniform number per row
+    (torch.multinomial draws one per vocabulary entry)."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest prefix reaching top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    cdf = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), device=probs.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
+@torch.no_grad()
+def teacher_forced_logits(model: Any, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Logits [N, S, V] of left-padded sequences through this loop's arithmetic (for tests: they
+    must equal the transformers forward pass)."""
+    w = _Weights(model)
+    n, s = ids.shape
+    positions = (real.long().cumsum(-1) - 1).clamp(min=0)
+    cos, sin = w.rope(s, ids.device, w.embed.dtype)
+    shape = (len(w.layers), n, w.kv_heads, s, w.head_dim)
+    cache_k = torch.empty(shape, device=ids.device, dtype=w.embed.dtype)
+    cache_v = torch.empty_like(cache_k)
+    causal = torch.ones((s, s), dtype=torch.bool, device=ids.device).tril()
+    mask = (causal.unsqueeze(0) & real.unsqueeze(1)).unsqueeze(1) | torch.eye(
+        s, dtype=torch.bool, device=ids.device
+    )
+    return _forward(w, ids, positions, cache_k, cache_v, 0, mask, cos, sin, every_position=True)
+
+
+class FastBackend:
+    name = "fast"
+
+    def __init__(self, min_new_tokens: int = 0) -> None:
+        self.min_new_tokens = min_new_tokens  # > 0 forces length (benchmarks: identical work)
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        model: Any,
+        tokenizer: Any,
+        prompts: Sequence[str],
+        num_generations: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_strings: Sequence[str],
+        max_prompt_length: int,
+    ) -> Rollout:
+        w = _Weights(model)
+        device, dtype = w.embed.device, w.embed.dtype
+        prompt_ids = encode_prompts(tokenizer, prompts, max_prompt_length)
+        b, g = len(prompt_ids), num_generations
+        p = max(len(r) for r in prompt_ids)
+        total = p + max_new_tokens
+        pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+        ids = torch.full((b, p), pad, dtype=torch.long)
+        real = torch.zeros((b, p), dtype=torch.bool)
+        for i, row in enumerate(prompt_ids):
+            ids[i, p - len(row) :] = torch.tensor(row, dtype=torch.long)
+            real[i, p - len(row) :] = True
+        ids, real = ids.to(device), real.to(device)
+        positions = (real.long().cumsum(-1) - 1).clamp(min=0)  # [B, P] counted from each prompt's start
+        cos, sin = w.rope(total, device, dtype)
+        layers = len(w.layers)
+        cache_k = torch.empty((layers, b, w.kv_heads, total, w.head_dim), device=device, dtype=dtype)
+        cache_v = torch.empty_like(cache_k)
+        causal = torch.ones((p, p), dtype=torch.bool, device=device).tril()
+        prefill_mask = (causal.unsqueeze(0) & real.unsqueeze(1)).unsqueeze(1)  # [B, 1, P, P]
+        # Fully padded query rows (padding before the prompt) attend to themselves: harmless, never read.
+        prefill_mask |= torch.eye(p, dtype=torch.bool, device=device).view(1, 1, p, p)
+        logits = _forward(w, ids, positions, cache_k, cache_v, 0, prefill_mask, cos, sin)  # [B, V]
+        # Each prompt's cache, logits and positions are shared by its G rows from here on.
+        cache_k = cache_k.repeat_interleave(g, dim=1)
+        cache_v = cache_v.repeat_interleave(g, dim=1)
+        logits = logits.repeat_interleave(g, dim=0)
+        n = b * g
+        allowed = torch.zeros((n, total), dtype=torch.bool, device=device)
+        allowed[:, :p] = real.repeat_interleave(g, dim=0)
+        next_pos = positions[:, -1].repeat_interleave(g) + 1  # [N]
+        out = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        stop_check = _StopCheck(tokenizer, stop_strings)
+        steps = 0
+        for t in range(max_new_tokens):
+            if pad is not None and pad != eos:
+                logits[:, pad] = float("-inf")  # padding is never a token to generate
+            if t < self.min_new_tokens and eos is not None:
+                logits[:, eos] = float("-inf")  # forced length: EOS cannot be sampled yet
+            tokens = _sample(logits, temperature, top_p)  # [N]
+            tokens = torch.where(done, torch.full_like(tokens, pad), tokens)
+            out[:, t] = tokens
+            steps = t + 1
+            if t >= self.min_new_tokens:
+                done |= tokens == eos
+                if stop_check.active:
+                    done |= stop_check(out, t, done)
+            if t + 1 == max_new_tokens or bool(done.all()):
+                break
+            allowed[:, p + t] = True
+            mask = allowed[:, : p + t + 1].view(n, 1, 1, p + t + 1)
+            logits = _forward(
+                w, tokens.unsqueeze(1), next_pos.unsqueeze(1), cache_k, cache_v, p + t, mask, cos, sin
+            )
+            next_pos = next_pos + 1
+        sampled = out[:, :steps].tolist()
+        rows_prompt, rows_completion, texts, finished = [], [], [], []
+        for i, tokens in enumerate(sampled):
+            kept, stopped = trim_completion(tokens, tokenizer, stop_strings)
+            rows_prompt.append(prompt_ids[i // g])
+            rows_completion.append(kept)
+            texts.append(decode_completion(tokenizer, kept))
+            finished.append(stopped)
+        return Rollout(rows_prompt, rows_completion, texts, finished)
+
+
+class _StopCheck:
+    """Which rows just completed a stop string. Cheap: only rows whose newest token could end
+    one (its text holds the last character of a stop string) decode their tail."""
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str]) -> None:
+        self.tokenizer, self.stops = tokenizer, list(stop_strings)
+        self.active = bool(self.stops)
+        if self.active:
+            last_chars = {s[-1] for s in self.stops}
+            vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+            self.enders = {
+                i
+                for i, tok in enumerate(vocab)
+                if tok and any(ch in tokenizer.convert_tokens_to_string([tok]) for ch in last_chars)
+            }
+            self.window = max(len(s) for s in self.stops)
+
+    def __call__(self, out: torch.Tensor, t: int, done: torch.Tensor) -> torch.Tensor:
+        hit = torch.zeros_like(done)
+        newest = out[:, t].tolist()
+        for row, tok in enumerate(newest):
+            if tok in self.enders and not bool(done[row]):
+                tail = self.tokenizer.decode(out[row, max(0, t - self.window + 1) : t + 1].tolist())
+                hit[row] = any(s in tail for s in self.stops)
+        return hit

@@ -1,0 +1,144 @@
+"""The fast decode loop computes what the transformers model computes (checked in float64)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from axiom_rl.models.load import apply_lora
+from axiom_rl.models.tiny import TinySize, build_char_tokenizer, build_tiny_model, tiny_config
+from axiom_rl.rollout.fast import FastBackend, _StopCheck, supports, teacher_forced_logits
+from axiom_rl.rollout.hf import HFBackend
+from axiom_rl.train.batch import build_batch
+
+GQA = TinySize(64, 2, 4, 2, 128)  # 4 query heads sharing 2 key/value heads
+
+
+def model64(seed=0, size=GQA):
+    tok = build_char_tokenizer()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        from transformers import Qwen2ForCausalLM
+
+        model = Qwen2ForCausalLM(tiny_config(size, vocab_size=len(tok))).double().eval()
+    return model, tok
+
+
+def hf_logits(model, ids, real):
+    positions = (real.long().cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=real.long(), position_ids=positions).logits
+
+
+def ragged(tok, texts):
+    rows = tok(texts, add_special_tokens=False)["input_ids"]
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    real = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r)
+        real[i, width - len(r) :] = True
+    return ids, real
+
+
+TEXTS = ["3 5 7 -> 22\n<answer>", "12 -> 1\n<a", "hello world, a longer prompt than the others"]
+
+
+def test_supports_qwen2_with_or_without_lora_and_nothing_else():
+    model, _ = build_tiny_model("nano")
+    assert supports(model)
+    assert supports(apply_lora(model, 4, 8, 0.0, "all-linear"))
+    assert not supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)))
+
+
+def test_teacher_forced_logits_equal_the_transformers_forward():
+    model, tok = model64()
+    ids, real = ragged(tok, TEXTS)
+    ours = teacher_forced_logits(model, ids, real)
+    theirs = hf_logits(model, ids, real)
+    assert torch.allclose(ours[real], theirs[real], atol=1e-9)
+
+
+def test_lora_is_folded_into_the_weights_exactly():
+    model, tok = model64(seed=1)
+    peft_model = apply_lora(model, 4, 8, 0.0, "all-linear")
+    with torch.no_grad():  # non-zero adapters, so the fold matters
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.05)
+    ids, real = ragged(tok, TEXTS)
+    assert torch.allclose(
+        teacher_forced_logits(peft_model, ids, real)[real], hf_logits(peft_model, ids, real)[real], atol=1e-9
+    )
+    with peft_model.disable_adapter():  # the reference: adapters off
+        assert torch.allclose(
+            teacher_forced_logits(peft_model, ids, real)[real],
+            hf_logits(peft_model, ids, real)[real],
+            atol=1e-9,
+        )
+
+
+def test_greedy_decoding_matches_transformers_generate():
+    model, tok = model64(seed=2)
+    args = (model, tok, TEXTS, 2, 12, 0.0, 1.0, [], 512)
+    fast, slow = FastBackend().generate(*args), HFBackend().generate(*args)
+    assert fast.completion_ids == slow.completion_ids and fast.texts == slow.texts
+
+
+def test_left_padding_does_not_change_a_prompt_s_completion():
+    model, tok = model64(seed=3)
+    together = FastBackend().generate(model, tok, TEXTS, 1, 10, 0.0, 1.0, [], 512)
+    for i, text in enumerate(TEXTS):
+        alone = FastBackend().generate(model, tok, [text], 1, 10, 0.0, 1.0, [], 512)
+        assert alone.completion_ids[0] == together.completion_ids[i]
+
+
+def test_sampling_is_seeded_and_rows_of_a_prompt_differ():
+    model, tok = build_tiny_model("nano", seed=4)
+    torch.manual_seed(7)
+    a = FastBackend().generate(model, tok, TEXTS[:2], 4, 16, 1.0, 0.9, [], 512)
+    torch.manual_seed(7)
+    b = FastBackend().generate(model, tok, TEXTS[:2], 4, 16, 1.0, 0.9, [], 512)
+    assert a.completion_ids == b.completion_ids
+    assert len({tuple(c) for c in a.completion_ids[:4]}) > 1
+    assert a.prompt_ids[0] == a.prompt_ids[3] != a.prompt_ids[4]
+
+
+def test_forced_length_and_log_probs_of_the_samples():
+    model, tok = build_tiny_model("nano", seed=5)
+    torch.manual_seed(0)
+    rollout = FastBackend(min_new_tokens=16).generate(model, tok, TEXTS, 2, 16, 1.0, 1.0, [], 512)
+    assert all(len(c) == 16 and tok.eos_token_id not in c for c in rollout.completion_ids)
+    batch = build_batch(rollout.prompt_ids, rollout.completion_ids, tok.pad_token_id, torch.device("cpu"))
+    assert batch.completion_mask.sum() == 6 * 16
+
+
+def test_stop_strings_end_a_row_at_the_token_that_completes_them():
+    tok = build_char_tokenizer()
+    check = _StopCheck(tok, ["</answer>"])
+    text = "1+2</answer>xyz"
+    out = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    hits = [bool(check(out, t, torch.zeros(1, dtype=torch.bool))[0]) for t in range(out.shape[1])]
+    assert hits.index(True) == len("1+2</answer>") - 1
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_trainer_uses_it_and_training_still_works(tmp_path, temperature):
+    from axiom_rl.config import TrainConfig
+    from axiom_rl.train.grpo import train
+
+    cfg = TrainConfig(
+        tiny_size="nano",
+        tasks=["countdown"],
+        steps=2,
+        prompts_per_step=2,
+        num_generations=2,
+        max_completion_length=8,
+        temperature=temperature,
+        output_dir=str(tmp_path / "r"),
+        save_every=0,
+    )
+    result = train(cfg, say=lambda m: None)
+    assert "rollout backend fast" in (tmp_path / "r/train.log").read_text()
+    assert len(result.metrics) == 2
