@@ -1,7 +1,8 @@
 """Verification throughput: axiom-rl's sandbox pool vs the reference HumanEval harness approach.
 
 Workloads, each run by both sides in the same invocation, alternating A B A B:
-  (a) 1,000 mixed submissions of the built-in tasks: right, wrong, crashing, 5% infinite loops;
+  (a) 1,000 mixed submissions of the built-in tasks: right, wrong, crashing, 5% infinite loops
+      (and the same without the loops, whose timeouts cost both sides alike);
   (b) the 164 HumanEval canonical solutions (from ../shared/data, if present).
 
 Baseline ("he-harness"): what openai/human-eval's execution.py does, implemented here: for each
@@ -198,7 +199,12 @@ def main() -> None:
 
     from axiom_rl.tasks.importers import import_humaneval
 
-    workloads = {"mixed built-in (a)": mixed_workload(args.mixed)}
+    mixed = mixed_workload(args.mixed)
+    workloads = {
+        "mixed built-in (a)": mixed,
+        # (a) without its infinite loops: what a verification costs when nothing times out.
+        "(a) without loops": [(p, c) for p, c in mixed if "while True" not in c],
+    }
     if HUMANEVAL.exists():
         he = import_humaneval(HUMANEVAL)
         workloads["HumanEval canonical (b)"] = [(p, p.reference_solution) for p in he]

@@ -1,0 +1,383 @@
+"""One GRPO training step: axiom-rl against TRL's GRPOTrainer, at identical work.
+
+Both sides train the same local model directory (a random Qwen2, saved with save_pretrained, with
+axiom-rl's byte-level tokenizer), on the same prompts, with the same prompts per step, group
+size, completion length (generation forced to full length, so both do the same work), beta, loss
+type ("grpo"), dtype and fine-tuning mode (full vs full, LoRA vs LoRA). Each side runs in its own
+subprocess (so peak memory is its own), alternating A B A B, for --steps steps after --warmup.
+
+Gradient checkpointing is off on both sides unless --gradient-checkpointing turns it on for both
+(TRL's GRPOConfig turns it on by default: recomputation trades time for memory, not the same work).
+
+Printed per configuration: seconds per step (median, range), completion tokens per second, peak
+RSS (or peak CUDA memory), the split of a step (generation / reference and old log-probs /
+forward / backward), the ratio axiom-rl : TRL, and the compute floor -- the step's FLOPs (from
+the model shape and token counts) over the matmul throughput measured on this device at the
+start -- with each side's step time as a multiple of it.
+
+    python benchmarks/grpo_step.py                       # the issue's configurations, CPU
+    python benchmarks/grpo_step.py --config full --rounds 3 --steps 5
+    python benchmarks/grpo_step.py --device cuda --config gpu-0.5b   # a 0.5B-sized Qwen2, bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 688
+    prompts: int = 4
+    generations: int = 4
+    completion: int = 64
+    beta: float = 0.04
+    finetune: str = "full"
+    dtype: str = "fp32"
+    lr: float = 1e-5
+    gradient_checkpointing: bool = False  # TRL's GRPOConfig defaults to True: set on both sides alike
+
+
+CONFIGS = {
+    "full": Setup("full fine-tuning, fp32, 4x4, 64 tokens, beta 0.04"),
+    "lora": Setup("LoRA r16, fp32, 4x4, 64 tokens, beta 0.04", finetune="lora"),
+    "rollout-heavy": Setup("rollout-heavy: full, 8x8, 256 tokens", prompts=8, generations=8, completion=256),
+    # Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV, intermediate 4864).
+    "gpu-0.5b": Setup(
+        "0.5B-sized Qwen2, bf16, full, 8x8, 512 tokens", 896, 24, 14, 2, 4864, 8, 8, 512, dtype="bf16"
+    ),
+}
+
+
+# ------------------------------------------------------------------------------ shared set-up
+
+
+def build_model_dir(setup: Setup, path: Path) -> int:
+    """A random Qwen2 of this shape and the byte-level tokenizer, saved; returns parameters."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from axiom_rl.models.tiny import TinySize, build_char_tokenizer, tiny_config
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(
+        tiny_config(
+            TinySize(setup.hidden, setup.layers, setup.heads, setup.kv_heads, setup.intermediate),
+            vocab_size=len(tok),
+        )
+    )
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return sum(p.numel() for p in model.parameters())
+
+
+def prompts(n: int) -> list[str]:
+    from axiom_rl.tasks import generate_problems, get_task
+
+    task = get_task("countdown")
+    return [
+        task.render(p, "compact") + task.response_prefix(p, "compact")
+        for p in generate_problems("countdown", 1, n, seed=123)
+    ]
+
+
+def matmul_flops(device: str, dtype: str) -> float:
+    """FLOP/s of a large square matmul on this device (median of 7 after a warm-up)."""
+    import torch
+
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    size = 1024 if device == "cpu" else 8192
+    a = torch.randn(size, size, device=device, dtype=dt)
+    b = torch.randn(size, size, device=device, dtype=dt)
+    times = []
+    for i in range(8):
+        if device != "cpu":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        (a @ b).sum().item()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return 2 * size**3 / statistics.median(times)
+
+
+def step_flops(setup: Setup, prompt_len: int) -> float:
+    """Training FLOPs of one step: rollout, reference forward, policy forward and backward.
+
+    Linear layers cost 2 x params x tokens per forward (the backward twice that); attention adds
+    4 x layers x hidden x context per token. Logits are only needed for completion positions;
+    generation prefills each prompt once and decodes every row token by token.
+    """
+    d, L = setup.hidden, setup.layers
+    kv = setup.kv_heads * (d // setup.heads)
+    per_layer = d * (d + 2 * kv) + d * d + 3 * d * setup.intermediate  # q,k,v,o + gate,up,down
+    vocab = 259
+    body = L * per_layer
+    rows, p, t = setup.prompts * setup.generations, prompt_len, setup.completion
+
+    def attention(tokens: int, context: float) -> float:
+        return 4 * L * d * context * tokens
+
+    gen = 2 * body * setup.prompts * p + attention(setup.prompts * p, p / 2)  # prefill, once per prompt
+    gen += rows * t * (2 * (body + d * vocab)) + attention(rows * t, p + t / 2)  # decode
+    fwd = rows * (p + t) * 2 * body + rows * t * 2 * d * vocab + attention(rows * (p + t), (p + t) / 2)
+    ref = fwd if setup.beta else 0.0
+    return gen + ref + fwd + 2 * fwd
+
+
+# ------------------------------------------------------------------------------ the two sides
+
+
+def run_axiom(setup: Setup, model_dir: str, steps: int, device: str, out: Path) -> dict:
+    import torch
+
+    from axiom_rl.config import TrainConfig
+    from axiom_rl.train.grpo import train
+
+    stamps = []
+    cfg = TrainConfig(
+        model=model_dir, finetune=setup.finetune, dtype=setup.dtype, device=device, tasks=["countdown"],
+        prompt_style="compact", chat_template="off", steps=steps, prompts_per_step=setup.prompts,
+        num_generations=setup.generations, max_completion_length=setup.completion,
+        min_completion_length=setup.completion, beta=setup.beta, loss_type="grpo", lr=setup.lr,
+        temperature=1.0, output_dir=str(out), save_every=0, seed=0, gradient_checkpointing=setup.gradient_checkpointing,
+    )  # fmt: skip
+    result = train(
+        cfg, progress=lambda step, total, row: stamps.append(time.perf_counter()), say=lambda m: None
+    )
+    rows = result.metrics
+    return {
+        "step_s": [b - a for a, b in zip(stamps, stamps[1:])],
+        "generation_s": [r["time_rollout_s"] for r in rows[1:]],
+        "reference_s": [r["time_reference_s"] for r in rows[1:]],
+        "forward_s": [r["time_forward_s"] for r in rows[1:]],
+        "backward_s": [r["time_backward_s"] for r in rows[1:]],
+        "tokens": [r["completions"] * r["completion_len_mean"] for r in rows[1:]],
+        "peak_mb": peak_memory_mb(device),
+        "torch": torch.__version__,
+    }
+
+
+def run_trl(setup: Setup, model_dir: str, steps: int, device: str, out: Path) -> dict:
+    import torch
+    import trl
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from axiom_rl.rewards import compute_reward
+    from axiom_rl.tasks import generate_problems, get_task
+
+    problems = generate_problems("countdown", 1, 4096, seed=123)
+    task = get_task("countdown")
+    by_prompt = {task.render(p, "compact") + task.response_prefix(p, "compact"): p for p in problems}
+
+    def reward(prompts, completions, **_):
+        return [
+            compute_reward(by_prompt[p], c, task.score(by_prompt[p], c))[0]
+            for p, c in zip(prompts, completions)
+        ]
+
+    peft_config = None
+    if setup.finetune == "lora":
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        )
+    args = GRPOConfig(
+        output_dir=str(out), per_device_train_batch_size=setup.prompts * setup.generations,
+        num_generations=setup.generations, max_completion_length=setup.completion,
+        generation_kwargs={"min_new_tokens": setup.completion}, beta=setup.beta, loss_type="grpo",
+        use_bias_correction_kl=False, learning_rate=setup.lr, max_steps=steps, logging_steps=1, report_to=[],
+        use_cpu=device == "cpu", bf16=setup.dtype == "bf16", fp16=setup.dtype == "fp16", temperature=1.0,
+        top_p=1.0, top_k=0, save_strategy="no", seed=0, disable_tqdm=True,
+        gradient_checkpointing=setup.gradient_checkpointing,
+        model_init_kwargs={"dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[setup.dtype]},
+    )  # fmt: skip
+    data = Dataset.from_dict({"prompt": list(by_prompt)[: setup.prompts * steps * 2]})
+    trainer = GRPOTrainer(
+        model=model_dir, reward_funcs=reward, args=args, train_dataset=data, peft_config=peft_config
+    )
+    times = {"generation": 0.0, "reference": 0.0, "forward": 0.0, "backward": 0.0}
+    per_step = []
+
+    def timed(name_of, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                times[name_of()] += time.perf_counter() - t0
+
+        return wrapper
+
+    trainer._generate_single_turn = timed(lambda: "generation", trainer._generate_single_turn)
+    # Log-probs without gradient are the reference (and old) passes; with gradient, the policy's forward.
+    trainer._get_per_token_logps_and_entropies = timed(
+        lambda: "forward" if torch.is_grad_enabled() else "reference",
+        trainer._get_per_token_logps_and_entropies,
+    )
+    trainer.accelerator.backward = timed(lambda: "backward", trainer.accelerator.backward)
+    stamps = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            stamps.append(time.perf_counter())
+            per_step.append(dict(times))
+            for k in times:
+                times[k] = 0.0
+
+    trainer.add_callback(Clock())
+    trainer.train()
+    return {
+        "step_s": [b - a for a, b in zip(stamps, stamps[1:])],
+        "generation_s": [s["generation"] for s in per_step[1:]],
+        "reference_s": [s["reference"] for s in per_step[1:]],
+        "forward_s": [s["forward"] for s in per_step[1:]],
+        "backward_s": [s["backward"] for s in per_step[1:]],
+        "tokens": [setup.prompts * setup.generations * setup.completion] * (len(per_step) - 1),
+        "peak_mb": peak_memory_mb(device),
+        "trl": trl.__version__,
+    }
+
+
+def peak_memory_mb(device: str) -> float:
+    if device != "cpu":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ------------------------------------------------------------------------------ driver
+
+
+def child(args: argparse.Namespace) -> None:
+    setup = Setup(**json.loads(args.setup))
+    with tempfile.TemporaryDirectory() as out:
+        fn = run_axiom if args.child == "axiom" else run_trl
+        result = fn(setup, args.model_dir, args.warmup + args.steps, args.device, Path(out) / "run")
+    # Drop the warm-up steps (the first step is never timed: it has no predecessor stamp).
+    skip = max(0, args.warmup - 1)
+    for k, v in result.items():
+        if isinstance(v, list):
+            result[k] = v[skip:]
+    print("RESULT " + json.dumps(result))
+
+
+def run_side(side: str, setup: Setup, model_dir: Path, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--child", side, "--setup", json.dumps(asdict(setup)), "--model-dir", str(model_dir),
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]  # fmt: skip
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"{side} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(line[len("RESULT ") :])
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="GRPO step: axiom-rl vs TRL at identical work")
+    ap.add_argument(
+        "--config",
+        action="append",
+        choices=sorted(CONFIGS),
+        help="configuration(s) to run (default: full, lora, rollout-heavy)",
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="A/B rounds (each a fresh process per side)")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per round")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per round")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute activations on both sides (TRL's default)",
+    )
+    ap.add_argument("--child", choices=["axiom", "trl"], help=argparse.SUPPRESS)
+    ap.add_argument("--setup", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    import platform
+
+    import torch
+    import transformers
+    import trl
+
+    names = args.config or ["full", "lora", "rollout-heavy"]
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; device {args.device}")
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; "
+          f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up, alternating axiom-rl / TRL\n")  # fmt: skip
+    for name in names:
+        setup = replace(CONFIGS[name], gradient_checkpointing=args.gradient_checkpointing)
+        with tempfile.TemporaryDirectory() as tmp:
+            params = build_model_dir(setup, Path(tmp))
+            prompt_len = statistics.mean(len(p) for p in prompts(setup.prompts))  # one token per character
+            rate = matmul_flops(args.device, setup.dtype)
+            floor = step_flops(setup, prompt_len) / rate
+            sides: dict[str, dict[str, list[float]]] = {"axiom": {}, "trl": {}}
+            peaks: dict[str, list[float]] = {"axiom": [], "trl": []}
+            for _ in range(args.rounds):
+                for side in ("axiom", "trl"):
+                    r = run_side(side, setup, Path(tmp), args)
+                    for k in ("step_s", "generation_s", "reference_s", "forward_s", "backward_s", "tokens"):
+                        sides[side].setdefault(k, []).extend(r[k])
+                    peaks[side].append(r["peak_mb"])
+        checkpointing = "on" if setup.gradient_checkpointing else "off"
+        print(
+            f"== {name}: {setup.name}; {params / 1e6:.2f}M parameters; gradient checkpointing {checkpointing} on both sides"
+        )
+        print(
+            f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s)"
+        )
+        print(
+            f"   {'side':<9}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB':>9}   split: gen / ref / fwd / bwd (ms)   x floor"
+        )
+        steps_med = {}
+        for side, label in (("axiom", "axiom-rl"), ("trl", "TRL")):
+            s = sides[side]
+            steps_med[side] = med(s["step_s"])
+            gen_rate = sum(s["tokens"]) / sum(s["generation_s"]) if sum(s["generation_s"]) else float("nan")
+            split = " / ".join(
+                f"{med(s[k]) * 1e3:.0f}" for k in ("generation_s", "reference_s", "forward_s", "backward_s")
+            )
+            print(
+                f"   {label:<9}{steps_med[side]:>10.3f} ({min(s['step_s']):.3f}-{max(s['step_s']):.3f}){gen_rate:>11.0f}"
+                f"{max(peaks[side]):>9.0f}   {split:<30}   {steps_med[side] / floor:.2f}x"
+            )
+        a, b = sides["axiom"], sides["trl"]
+        gen_ratio = (sum(a["tokens"]) / sum(a["generation_s"])) / (sum(b["tokens"]) / sum(b["generation_s"]))
+        print(f"   axiom-rl : TRL  steps/s {steps_med['trl'] / steps_med['axiom']:.2f}x, generation tokens/s {gen_ratio:.2f}x, "
+              f"peak memory {max(peaks['axiom']) / max(peaks['trl']):.2f}x\n")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
