@@ -18,6 +18,11 @@ start -- with each side's step time as a multiple of it.
     python benchmarks/grpo_step.py                       # the issue's configurations, CPU
     python benchmarks/grpo_step.py --config full --rounds 3 --steps 5
     python benchmarks/grpo_step.py --device cuda --config gpu-0.5b   # a 0.5B-sized Qwen2, bf16
+    python benchmarks/grpo_step.py --trl-same-allocator  # TRL with axiom-rl's CPU malloc settings too
+
+On the CPU, axiom-rl's trainer keeps freed memory mapped (glibc mallopt; see
+axiom_rl/train/host_memory.py); TRL as users run it does not. --trl-same-allocator gives TRL's
+process the same settings, to show how much of the difference is that alone.
 """
 
 from __future__ import annotations
@@ -101,7 +106,8 @@ def prompts(n: int) -> list[str]:
 
 
 def matmul_flops(device: str, dtype: str) -> float:
-    """FLOP/s of a large square matmul on this device (median of 7 after a warm-up)."""
+    """FLOP/s of a large square matmul on this device (the best of 7 after a warm-up: the floor is
+    what the hardware allows, not what a noisy moment gave)."""
     import torch
 
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
@@ -118,7 +124,7 @@ def matmul_flops(device: str, dtype: str) -> float:
             torch.cuda.synchronize()
         if i:
             times.append(time.perf_counter() - t0)
-    return 2 * size**3 / statistics.median(times)
+    return 2 * size**3 / min(times)
 
 
 def step_flops(setup: Setup, prompt_len: int) -> float:
@@ -178,7 +184,9 @@ def run_axiom(setup: Setup, model_dir: str, steps: int, device: str, out: Path) 
     }
 
 
-def run_trl(setup: Setup, model_dir: str, steps: int, device: str, out: Path) -> dict:
+def run_trl(
+    setup: Setup, model_dir: str, steps: int, device: str, out: Path, same_allocator: bool = False
+) -> dict:
     import torch
     import trl
     from datasets import Dataset
@@ -188,6 +196,10 @@ def run_trl(setup: Setup, model_dir: str, steps: int, device: str, out: Path) ->
     from axiom_rl.rewards import compute_reward
     from axiom_rl.tasks import generate_problems, get_task
 
+    if same_allocator:  # give TRL's process the malloc settings axiom-rl's CPU trainer applies
+        from axiom_rl.train.host_memory import keep_freed_memory
+
+        keep_freed_memory()
     problems = generate_problems("countdown", 1, 4096, seed=123)
     task = get_task("countdown")
     by_prompt = {task.render(p, "compact") + task.response_prefix(p, "compact"): p for p in problems}
@@ -276,8 +288,11 @@ def peak_memory_mb(device: str) -> float:
 def child(args: argparse.Namespace) -> None:
     setup = Setup(**json.loads(args.setup))
     with tempfile.TemporaryDirectory() as out:
-        fn = run_axiom if args.child == "axiom" else run_trl
-        result = fn(setup, args.model_dir, args.warmup + args.steps, args.device, Path(out) / "run")
+        run = (setup, args.model_dir, args.warmup + args.steps, args.device, Path(out) / "run")
+        if args.child == "axiom":
+            result = run_axiom(*run)
+        else:
+            result = run_trl(*run, same_allocator=args.trl_same_allocator)
     # Drop the warm-up steps (the first step is never timed: it has no predecessor stamp).
     skip = max(0, args.warmup - 1)
     for k, v in result.items():
@@ -289,6 +304,8 @@ def child(args: argparse.Namespace) -> None:
 def run_side(side: str, setup: Setup, model_dir: Path, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--child", side, "--setup", json.dumps(asdict(setup)), "--model-dir", str(model_dir),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]  # fmt: skip
+    if args.trl_same_allocator:
+        cmd.append("--trl-same-allocator")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -318,6 +335,11 @@ def main() -> None:
         action="store_true",
         help="recompute activations on both sides (TRL's default)",
     )
+    ap.add_argument(
+        "--trl-same-allocator",
+        action="store_true",
+        help="apply axiom-rl's CPU malloc settings (axiom_rl/train/host_memory.py) to TRL's process too",
+    )
     ap.add_argument("--child", choices=["axiom", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -335,7 +357,13 @@ def main() -> None:
     names = args.config or ["full", "lora", "rollout-heavy"]
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; device {args.device}")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; "
-          f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up, alternating axiom-rl / TRL\n")  # fmt: skip
+          f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up, alternating axiom-rl / TRL")  # fmt: skip
+    allocator = (
+        "the same malloc settings as axiom-rl"
+        if args.trl_same_allocator
+        else "glibc's default malloc settings"
+    )
+    print(f"TRL runs with {allocator}\n")
     for name in names:
         setup = replace(CONFIGS[name], gradient_checkpointing=args.gradient_checkpointing)
         with tempfile.TemporaryDirectory() as tmp:

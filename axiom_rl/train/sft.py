@@ -27,6 +27,7 @@ from ..tasks.generate import check_difficulty
 from ..tasks.prompts import format_prompt
 from ..types import PASSED
 from .batch import build_batch, completion_logprobs
+from .host_memory import keep_freed_memory
 from .problems import ProblemStream
 from .runlog import RunLog
 
@@ -78,7 +79,7 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
     """Fine-tune and write output_dir/final_model. Returns the final model's directory."""
     from transformers import get_scheduler
 
-    from .grpo import save_final_model
+    from .grpo import make_optimizer, save_final_model
 
     style = check_sft_config(cfg)
     run_dir = Path(cfg.output_dir)
@@ -92,8 +93,10 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
         lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules, dtype=cfg.dtype,
         device=cfg.device, need_reference=False, seed=cfg.seed,
     )  # fmt: skip
+    if policy.device.type == "cpu":
+        keep_freed_memory()
     tok = policy.tokenizer
-    optimizer = torch.optim.AdamW(policy.trainable_parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
     scheduler = get_scheduler(
         cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
     )
