@@ -10,7 +10,7 @@ Gradient checkpointing is off on both sides unless --gradient-checkpointing turn
 (TRL's GRPOConfig turns it on by default: recomputation trades time for memory, not the same work).
 
 Printed per configuration: seconds per step (median, range), completion tokens per second, peak
-RSS (or peak CUDA memory), the split of a step (generation / reference and old log-probs /
+RSS (or peak CUDA memory; median and range over rounds, one process each), the split of a step (generation / reference and old log-probs /
 forward / backward), the ratio axiom-rl : TRL, and the compute floor -- the step's FLOPs (from
 the model shape and token counts) over the matmul throughput measured on this device at the
 start -- with each side's step time as a multiple of it.
@@ -387,7 +387,7 @@ def main() -> None:
             f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s)"
         )
         print(
-            f"   {'side':<9}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB':>9}   split: gen / ref / fwd / bwd (ms)   x floor"
+            f"   {'side':<9}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB median (range)':>24}   split: gen / ref / fwd / bwd (ms)   x floor"
         )
         steps_med = {}
         for side, label in (("axiom", "axiom-rl"), ("trl", "TRL")):
@@ -399,12 +399,13 @@ def main() -> None:
             )
             print(
                 f"   {label:<9}{steps_med[side]:>10.3f} ({min(s['step_s']):.3f}-{max(s['step_s']):.3f}){gen_rate:>11.0f}"
-                f"{max(peaks[side]):>9.0f}   {split:<30}   {steps_med[side] / floor:.2f}x"
+                f"{med(peaks[side]):>11.0f} ({min(peaks[side]):.0f}-{max(peaks[side]):.0f})   {split:<30}   "
+                f"{steps_med[side] / floor:.2f}x"
             )
         a, b = sides["axiom"], sides["trl"]
         gen_ratio = (sum(a["tokens"]) / sum(a["generation_s"])) / (sum(b["tokens"]) / sum(b["generation_s"]))
         print(f"   axiom-rl : TRL  steps/s {steps_med['trl'] / steps_med['axiom']:.2f}x, generation tokens/s {gen_ratio:.2f}x, "
-              f"peak memory {max(peaks['axiom']) / max(peaks['trl']):.2f}x\n")  # fmt: skip
+              f"peak memory {med(peaks['axiom']) / med(peaks['trl']):.2f}x\n")  # fmt: skip
 
 
 if __name__ == "__main__":
