@@ -19,6 +19,10 @@ start -- with each side's step time as a multiple of it.
     python benchmarks/grpo_step.py --config full --rounds 3 --steps 5
     python benchmarks/grpo_step.py --device cuda --config gpu-0.5b   # a 0.5B-sized Qwen2, bf16
     python benchmarks/grpo_step.py --trl-same-allocator  # TRL with axiom-rl's CPU malloc settings too
+    python benchmarks/grpo_step.py --config full --ablations  # axiom-rl with one speed-up off at a time
+
+--ablations adds axiom-rl runs, in the same rotation, each with one of its speed-ups turned off
+(ABLATIONS below): what each is worth, measured in the same invocation as the rest.
 
 On the CPU, axiom-rl's trainer keeps freed memory mapped (glibc mallopt; see
 axiom_rl/train/host_memory.py); TRL as users run it does not. --trl-same-allocator gives TRL's
@@ -70,6 +74,30 @@ CONFIGS = {
         "0.5B-sized Qwen2, bf16, full, 8x8, 512 tokens", 896, 24, 14, 2, 4864, 8, 8, 512, dtype="bf16"
     ),
 }
+
+
+# axiom-rl with one speed-up turned off: name -> (what is off, TrainConfig overrides). The two
+# that are not options of the trainer are switched off by patching it in the child process.
+ABLATIONS = {
+    "hf-generate": ("transformers generate instead of the decode loop", {"rollout_backend": "hf"}),
+    "default-malloc": ("glibc's default malloc settings (no keep_freed_memory)", {}),
+    "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
+}
+
+
+def switch_off(ablation: str | None) -> dict:
+    """Patch the trainer for an ablation; returns its TrainConfig overrides."""
+    if ablation is None:
+        return {}
+    import torch
+
+    from axiom_rl.train import grpo
+
+    if ablation == "default-malloc":
+        grpo.keep_freed_memory = lambda: False
+    elif ablation == "unfused-adamw":
+        grpo.make_optimizer = lambda params, lr, wd: torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    return ABLATIONS[ablation][1]
 
 
 # ------------------------------------------------------------------------------ shared set-up
@@ -154,12 +182,15 @@ def step_flops(setup: Setup, prompt_len: int) -> float:
 # ------------------------------------------------------------------------------ the two sides
 
 
-def run_axiom(setup: Setup, model_dir: str, steps: int, device: str, out: Path) -> dict:
+def run_axiom(
+    setup: Setup, model_dir: str, steps: int, device: str, out: Path, ablation: str | None = None
+) -> dict:
     import torch
 
     from axiom_rl.config import TrainConfig
     from axiom_rl.train.grpo import train
 
+    overrides = switch_off(ablation)
     stamps = []
     cfg = TrainConfig(
         model=model_dir, finetune=setup.finetune, dtype=setup.dtype, device=device, tasks=["countdown"],
@@ -167,6 +198,7 @@ def run_axiom(setup: Setup, model_dir: str, steps: int, device: str, out: Path) 
         num_generations=setup.generations, max_completion_length=setup.completion,
         min_completion_length=setup.completion, beta=setup.beta, loss_type="grpo", lr=setup.lr,
         temperature=1.0, output_dir=str(out), save_every=0, seed=0, gradient_checkpointing=setup.gradient_checkpointing,
+        **overrides,
     )  # fmt: skip
     result = train(
         cfg, progress=lambda step, total, row: stamps.append(time.perf_counter()), say=lambda m: None
@@ -289,10 +321,10 @@ def child(args: argparse.Namespace) -> None:
     setup = Setup(**json.loads(args.setup))
     with tempfile.TemporaryDirectory() as out:
         run = (setup, args.model_dir, args.warmup + args.steps, args.device, Path(out) / "run")
-        if args.child == "axiom":
-            result = run_axiom(*run)
-        else:
+        if args.child == "trl":
             result = run_trl(*run, same_allocator=args.trl_same_allocator)
+        else:  # "axiom" or "axiom:ABLATION"
+            result = run_axiom(*run, ablation=args.child.partition(":")[2] or None)
     # Drop the warm-up steps (the first step is never timed: it has no predecessor stamp).
     skip = max(0, args.warmup - 1)
     for k, v in result.items():
@@ -340,7 +372,14 @@ def main() -> None:
         action="store_true",
         help="apply axiom-rl's CPU malloc settings (axiom_rl/train/host_memory.py) to TRL's process too",
     )
-    ap.add_argument("--child", choices=["axiom", "trl"], help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--ablations",
+        action="store_true",
+        help="also run axiom-rl with each speed-up off in turn: " + ", ".join(ABLATIONS),
+    )
+    ap.add_argument(
+        "--child", choices=["axiom", "trl", *(f"axiom:{a}" for a in ABLATIONS)], help=argparse.SUPPRESS
+    )
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -371,10 +410,11 @@ def main() -> None:
             prompt_len = statistics.mean(len(p) for p in prompts(setup.prompts))  # one token per character
             rate = matmul_flops(args.device, setup.dtype)
             floor = step_flops(setup, prompt_len) / rate
-            sides: dict[str, dict[str, list[float]]] = {"axiom": {}, "trl": {}}
-            peaks: dict[str, list[float]] = {"axiom": [], "trl": []}
+            order = ["axiom", "trl"] + ([f"axiom:{a}" for a in ABLATIONS] if args.ablations else [])
+            sides: dict[str, dict[str, list[float]]] = {side: {} for side in order}
+            peaks: dict[str, list[float]] = {side: [] for side in order}
             for _ in range(args.rounds):
-                for side in ("axiom", "trl"):
+                for side in order:
                     r = run_side(side, setup, Path(tmp), args)
                     for k in ("step_s", "generation_s", "reference_s", "forward_s", "backward_s", "tokens"):
                         sides[side].setdefault(k, []).extend(r[k])
@@ -387,10 +427,11 @@ def main() -> None:
             f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s)"
         )
         print(
-            f"   {'side':<9}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB median (range)':>24}   split: gen / ref / fwd / bwd (ms)   x floor"
+            f"   {'side':<17}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB median (range)':>24}   split: gen / ref / fwd / bwd (ms)   x floor"
         )
         steps_med = {}
-        for side, label in (("axiom", "axiom-rl"), ("trl", "TRL")):
+        for side in order:
+            label = {"axiom": "axiom-rl", "trl": "TRL"}.get(side, side.replace("axiom:", "  - "))
             s = sides[side]
             steps_med[side] = med(s["step_s"])
             gen_rate = sum(s["tokens"]) / sum(s["generation_s"]) if sum(s["generation_s"]) else float("nan")
@@ -398,7 +439,7 @@ def main() -> None:
                 f"{med(s[k]) * 1e3:.0f}" for k in ("generation_s", "reference_s", "forward_s", "backward_s")
             )
             print(
-                f"   {label:<9}{steps_med[side]:>10.3f} ({min(s['step_s']):.3f}-{max(s['step_s']):.3f}){gen_rate:>11.0f}"
+                f"   {label:<17}{steps_med[side]:>10.3f} ({min(s['step_s']):.3f}-{max(s['step_s']):.3f}){gen_rate:>11.0f}"
                 f"{med(peaks[side]):>11.0f} ({min(peaks[side]):.0f}-{max(peaks[side]):.0f})   {split:<30}   "
                 f"{steps_med[side] / floor:.2f}x"
             )
@@ -406,6 +447,12 @@ def main() -> None:
         gen_ratio = (sum(a["tokens"]) / sum(a["generation_s"])) / (sum(b["tokens"]) / sum(b["generation_s"]))
         print(f"   axiom-rl : TRL  steps/s {steps_med['trl'] / steps_med['axiom']:.2f}x, generation tokens/s {gen_ratio:.2f}x, "
               f"peak memory {med(peaks['axiom']) / med(peaks['trl']):.2f}x\n")  # fmt: skip
+
+        for off in ABLATIONS if args.ablations else ():
+            print(f"   with {off} ({ABLATIONS[off][0]}) axiom-rl's step takes "
+                  f"{steps_med[f'axiom:{off}'] / steps_med['axiom']:.2f}x as long")  # fmt: skip
+        if args.ablations:
+            print()
 
 
 if __name__ == "__main__":
