@@ -26,6 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .report import goal_verdicts, success_rate, write_report
 from .rewards import compute_reward
 from .sandbox import Sandbox
 from .tasks import generate_problems, get_task, task_names
@@ -167,16 +168,21 @@ def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str
     if cfg.control:
         # More SFT for the wall time GRPO took, from the same base, at the same learning rate.
         settings = dict(sft_settings(cfg), model=str(base), steps=10**6, warmup_steps=0)
-        with phase("control: more SFT") as progress:
+        budget_s = max(1, round(grpo_seconds))
+        with phase("control: more SFT (seconds)") as progress:
             sft(
                 SFTConfig(**settings, max_seconds=grpo_seconds, output_dir=str(run_dir / "more-sft")),
-                progress=progress,
+                # bounded by time, not steps: the bar counts seconds of the budget
+                progress=lambda step, total, row: progress(
+                    min(budget_s, int(row["elapsed_s"])), budget_s, row
+                ),
             )
         control = evaluate_both(run_dir / "more-sft" / "final_model", "more-sft", cfg, db, phase)
 
     table = results_table(before, after, control, cfg)
     console.print(table)
-    from .report import write_report
+    for line in goal_verdicts(before, after, control, cfg.difficulty):
+        console.print(line)
 
     write_report(
         run_dir,
@@ -192,11 +198,6 @@ def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str
     )
     console.print(f"report: {run_dir / 'report.md'}  (plots beside it); results database: {db}")
     return run_dir
-
-
-def _rate(summary: dict[str, list[dict[str, Any]]], mode: str, difficulty: int) -> float | None:
-    row = next((r for r in summary[mode] if r["difficulty"] == difficulty), None)
-    return None if row is None else row["success_rate"]
 
 
 def results_table(before: Any, after: Any, control: Any, cfg: QuickstartConfig) -> Table:
@@ -215,7 +216,7 @@ def results_table(before: Any, after: Any, control: Any, cfg: QuickstartConfig) 
     for d in (cfg.difficulty, cfg.untrained_difficulty):
         label = f"{d} ({'trained' if d == cfg.difficulty else 'untrained'})"
         for mode, shown in (("greedy", "greedy"), ("sampled", "sampled T=1")):
-            a, b = _rate(before, mode, d), _rate(after, mode, d)
+            a, b = success_rate(before, mode, d), success_rate(after, mode, d)
             cells = [label, shown]
             cells += (
                 [f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts"]
@@ -223,7 +224,7 @@ def results_table(before: Any, after: Any, control: Any, cfg: QuickstartConfig) 
                 else ["-"] * 3
             )
             if control:
-                c = _rate(control, mode, d)
+                c = success_rate(control, mode, d)
                 cells.append("-" if c is None else f"{c:.1%}")
             table.add_row(*cells)
     return table

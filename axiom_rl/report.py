@@ -84,6 +84,11 @@ def plot_accuracy(before: Any, after: Any, control: Any, difficulties: list[int]
     plt.close(fig)
 
 
+def success_rate(summary: Any, mode: str, difficulty: int) -> float | None:
+    """The success rate of one decoding mode at one difficulty, or None if it was not evaluated."""
+    return next((r["success_rate"] for r in summary[mode] if r["difficulty"] == difficulty), None)
+
+
 def _md_table(before: Any, after: Any, control: Any, cfg: Any) -> str:
     head = "| difficulty | trained on | greedy: SFT | GRPO | change | sampled: SFT | GRPO | change |"
     sep = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -95,18 +100,46 @@ def _md_table(before: Any, after: Any, control: Any, cfg: Any) -> str:
         row = [str(d), "yes" if d == cfg.difficulty else "no"]
         extra = []
         for mode in ("greedy", "sampled"):
-            a = next((r["success_rate"] for r in before[mode] if r["difficulty"] == d), None)
-            b = next((r["success_rate"] for r in after[mode] if r["difficulty"] == d), None)
+            a, b = success_rate(before, mode, d), success_rate(after, mode, d)
             row += (
                 [f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts"]
                 if a is not None and b is not None
                 else ["-"] * 3
             )
             if control:
-                c = next((r["success_rate"] for r in control[mode] if r["difficulty"] == d), None)
+                c = success_rate(control, mode, d)
                 extra.append("-" if c is None else f"{c:.1%}")
         lines.append("| " + " | ".join(row + extra) + " |")
     return "\n".join(lines)
+
+
+# The quickstart's goals at the trained difficulty (issue: "the quickstart that shows RL really teaching").
+SAMPLED_GAIN_PTS, SAMPLED_GAIN_RATIO, GREEDY_GAIN_PTS = 10.0, 1.25, 5.0
+
+
+def goal_verdicts(before: Any, after: Any, control: Any, difficulty: int) -> list[str]:
+    """Plain sentences: whether GRPO met the goals, and whether it beat the more-SFT control."""
+    sft_s, grpo_s = success_rate(before, "sampled", difficulty), success_rate(after, "sampled", difficulty)
+    sft_g, grpo_g = success_rate(before, "greedy", difficulty), success_rate(after, "greedy", difficulty)
+    if None in (sft_s, grpo_s, sft_g, grpo_g):
+        return []
+    gain_s, gain_g = (grpo_s - sft_s) * 100, (grpo_g - sft_g) * 100
+    ratio = grpo_s / sft_s if sft_s else float("inf")
+    met_s = gain_s >= SAMPLED_GAIN_PTS and ratio >= SAMPLED_GAIN_RATIO
+    lines = [
+        f"Sampled accuracy {sft_s:.1%} -> {grpo_s:.1%} ({gain_s:+.1f} pts, {ratio:.2f}x): the goal of "
+        f">= +{SAMPLED_GAIN_PTS:.0f} pts and >= {SAMPLED_GAIN_RATIO}x is {'met' if met_s else 'NOT met'}.",
+        f"Greedy accuracy {sft_g:.1%} -> {grpo_g:.1%} ({gain_g:+.1f} pts): the goal of "
+        f">= +{GREEDY_GAIN_PTS:.0f} pts is {'met' if gain_g >= GREEDY_GAIN_PTS else 'NOT met'}.",
+    ]
+    ctrl_s = success_rate(control, "sampled", difficulty) if control else None
+    if ctrl_s is not None:
+        beats = grpo_s > ctrl_s
+        lines.append(
+            f"GRPO {'beats' if beats else 'does NOT beat'} the control (the same wall time spent on more SFT) "
+            f"on sampled accuracy: {grpo_s:.1%} vs {ctrl_s:.1%} ({(grpo_s - ctrl_s) * 100:+.1f} pts)."
+        )
+    return lines
 
 
 def write_report(
@@ -128,6 +161,7 @@ Difficulty {cfg.untrained_difficulty} was never trained on: it is the forgetting
 
 {_md_table(before, after, control, cfg)}
 
+{chr(10).join(f"- {line}" for line in goal_verdicts(before, after, control, cfg.difficulty))}
 - SFT warm-up: {cfg.sft_steps} steps ({sft_line}); GRPO: {len(metrics)} steps ({grpo_seconds:.0f}s); whole run {total_seconds:.0f}s.
 - Seed {cfg.seed}. Settings: `quickstart.json`; GRPO run: `grpo/` (config.json, metrics.jsonl, samples.jsonl);
   every attempt: `results.db` (`axiom-rl eval compare sft-greedy grpo-greedy --db {run_dir / "results.db"}`).

@@ -328,10 +328,37 @@ def test_quickstart_pipeline_end_to_end(tmp_path):
         1,
         3,
     }  # the trained and an untrained difficulty
-    assert "| 1 | yes |" in (run / "report.md").read_text()
+    report = (run / "report.md").read_text()
+    assert "| 1 | yes |" in report
+    assert "the control (the same wall time spent on more SFT) on sampled accuracy" in report
     assert len(list((tmp_path / "cache").glob("sft-*/final_model"))) == 1
     second = run_quickstart(cfg, console, phase_bar)  # starts at GRPO: the SFT'd base is cached
     assert "(cached)" in (tmp_path / "out.txt").read_text() and second != run
+
+
+def _summary(greedy: float, sampled: float, difficulty: int = 1) -> dict:
+    return {
+        "greedy": [{"difficulty": difficulty, "success_rate": greedy}],
+        "sampled": [{"difficulty": difficulty, "success_rate": sampled}],
+    }
+
+
+def test_goal_verdicts_say_plainly_what_was_and_was_not_met():
+    from axiom_rl.report import goal_verdicts
+
+    # sampled 0.20 -> 0.31: +11 pts and 1.55x (met); greedy 0.30 -> 0.34: +4 pts (< 5: not met);
+    # the control at 0.35 sampled is above GRPO's 0.31, so GRPO does not beat it.
+    lines = goal_verdicts(_summary(0.30, 0.20), _summary(0.34, 0.31), _summary(0.40, 0.35), 1)
+    assert len(lines) == 3
+    assert "+11.0 pts, 1.55x" in lines[0] and "is met" in lines[0]
+    assert "+4.0 pts" in lines[1] and "NOT met" in lines[1]
+    assert "does NOT beat" in lines[2] and "-4.0 pts" in lines[2]
+    # +12 pts but only 1.2x (0.60 -> 0.72): the ratio half of the sampled goal fails it
+    lines = goal_verdicts(_summary(0.5, 0.60), _summary(0.6, 0.72), _summary(0.5, 0.65), 1)
+    assert "NOT met" in lines[0] and "is met" in lines[1] and "beats" in lines[2]
+    # without a control there is no third sentence; an unevaluated difficulty gives none at all
+    assert len(goal_verdicts(_summary(0.3, 0.2), _summary(0.4, 0.3), None, 1)) == 2
+    assert goal_verdicts(_summary(0.3, 0.2), _summary(0.4, 0.3), None, 5) == []
 
 
 def test_quickstart_command_rejects_bad_counts(capsys):
