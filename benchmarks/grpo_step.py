@@ -80,7 +80,7 @@ CONFIGS = {
 # that are not options of the trainer are switched off by patching it in the child process.
 ABLATIONS = {
     "hf-generate": ("transformers generate instead of the decode loop", {"rollout_backend": "hf"}),
-    "default-malloc": ("glibc's default malloc settings (no keep_freed_memory)", {}),
+    "default-malloc": ("glibc's default malloc settings, not keep_freed_memory", {}),
     "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
 }
 
