@@ -249,6 +249,7 @@ def test_sft_on_reference_solutions_learns_the_format(tmp_path):
     assert len(rows) == 60 and rows[-1]["loss"] < rows[0]["loss"] / 2
     card = json.loads((final / "axiom_rl.json").read_text())
     assert card["prompt_style"] == "compact"
+    assert (card["tasks"], card["difficulties"]) == (["countdown"], [1])  # what `eval compare` marks
     _, summary = evaluate(
         EvalConfig(model=str(final), count=20, max_completion_length=24, db=str(tmp_path / "r.db"))
     )
@@ -280,10 +281,13 @@ def test_sft_from_the_samples_of_an_evaluation(tmp_path):
             batch_size=4,
             from_samples="good",
             db=str(db),
+            tasks=["edit_distance"],  # ignored with from_samples: the samples say what is learned
             output_dir=str(tmp_path / "a"),
         )
     )
     assert (final / "model.safetensors").exists()
+    card = json.loads((final / "axiom_rl.json").read_text())
+    assert (card["tasks"], card["difficulties"]) == (["countdown"], [1])
     with pytest.raises(UserError, match="no correct completions"):
         sft(
             SFTConfig(

@@ -62,6 +62,20 @@ def sft_examples(cfg: SFTConfig, tokenizer: Any, style: str) -> Iterator[tuple[s
         )
 
 
+def trained_on(cfg: SFTConfig) -> tuple[list[str], list[int]]:
+    """The tasks and difficulties the model learns from (for its model card, which `eval compare`
+    reads to mark rows as trained on): the config's, or those of the samples it learns from."""
+    from .grpo import parse_difficulty
+
+    if not cfg.from_samples:
+        return parse_task_list(cfg.tasks), parse_difficulty(cfg.difficulty)
+    from ..eval.store import ResultsDB
+
+    with ResultsDB(cfg.db) as db:
+        good = [a for a in db.attempts(db.require_run(cfg.from_samples)) if a["status"] == PASSED]
+    return sorted({a["task"] for a in good}), sorted({a["difficulty"] for a in good})
+
+
 def check_sft_config(cfg: SFTConfig) -> str:
     from .grpo import parse_difficulty, resolve_prompt_style
 
@@ -137,10 +151,12 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
             if cfg.max_seconds and elapsed >= cfg.max_seconds:
                 log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
                 break
+        tasks, difficulties = trained_on(cfg)
         card = {
             "prompt_style": style,
             "chat_template": cfg.chat_template,
-            "tasks": list(cfg.tasks),
+            "tasks": tasks,
+            "difficulties": difficulties,
             "sft_steps": step,
         }
         save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
