@@ -294,6 +294,7 @@ def test_sft_from_the_samples_of_an_evaluation(tmp_path):
                 tiny_size="nano", steps=5, from_samples="bad", db=str(db), output_dir=str(tmp_path / "b")
             )
         )
+    assert not (tmp_path / "b").exists()  # refused before anything was written
 
 
 # ---------------------------------------------------------------------------------- quickstart

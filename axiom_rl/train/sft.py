@@ -25,28 +25,32 @@ from ..models.load import check_model_spec, load_policy
 from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
 from ..tasks.prompts import format_prompt
-from ..types import PASSED
+from ..types import PASSED, Problem
 from .batch import build_batch, completion_logprobs
 from .host_memory import keep_freed_memory
 from .problems import ProblemStream
 from .runlog import RunLog
 
 
-def sft_examples(cfg: SFTConfig, tokenizer: Any, style: str) -> Iterator[tuple[str, str]]:
-    """(prompt, completion) pairs, endlessly, in the order the seed gives."""
-    if cfg.from_samples:
-        from ..eval.store import ResultsDB
+def correct_samples(cfg: SFTConfig) -> list[tuple[Problem, str]]:
+    """The verified-correct (problem, completion) pairs of the evaluation run `cfg.from_samples`."""
+    from ..eval.store import ResultsDB
 
-        with ResultsDB(cfg.db) as db:
-            run = db.require_run(cfg.from_samples)
-            good = [a for a in db.attempts(run) if a["status"] == PASSED]
-            problems = {a["problem_id"]: db.problem(a["problem_id"]) for a in good}
-        if not good:
-            raise UserError(f"run {cfg.from_samples!r} has no correct completions to learn from")
-        pairs = [
-            (format_prompt(problems[a["problem_id"]], tokenizer, style, cfg.chat_template), a["completion"])
-            for a in good
-        ]
+    with ResultsDB(cfg.db) as db:
+        good = [a for a in db.attempts(db.require_run(cfg.from_samples)) if a["status"] == PASSED]
+        problems = {a["problem_id"]: db.problem(a["problem_id"]) for a in good}
+    if not good:
+        raise UserError(f"run {cfg.from_samples!r} has no correct completions to learn from")
+    return [(problems[a["problem_id"]], a["completion"]) for a in good]
+
+
+def sft_examples(
+    cfg: SFTConfig, tokenizer: Any, style: str, samples: list[tuple[Problem, str]] | None = None
+) -> Iterator[tuple[str, str]]:
+    """(prompt, completion) pairs, endlessly, in the order the seed gives: the given samples
+    (rejection sampling), or reference solutions of generated train problems."""
+    if samples is not None:
+        pairs = [(format_prompt(p, tokenizer, style, cfg.chat_template), c) for p, c in samples]
         order = torch.Generator().manual_seed(cfg.seed)
         while True:
             for i in torch.randperm(len(pairs), generator=order).tolist():
@@ -62,18 +66,14 @@ def sft_examples(cfg: SFTConfig, tokenizer: Any, style: str) -> Iterator[tuple[s
         )
 
 
-def trained_on(cfg: SFTConfig) -> tuple[list[str], list[int]]:
+def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tuple[list[str], list[int]]:
     """The tasks and difficulties the model learns from (for its model card, which `eval compare`
-    reads to mark rows as trained on): the config's, or those of the samples it learns from."""
+    reads to mark rows as trained on): those of the samples, or else the config's."""
     from .grpo import parse_difficulty
 
-    if not cfg.from_samples:
+    if samples is None:
         return parse_task_list(cfg.tasks), parse_difficulty(cfg.difficulty)
-    from ..eval.store import ResultsDB
-
-    with ResultsDB(cfg.db) as db:
-        good = [a for a in db.attempts(db.require_run(cfg.from_samples)) if a["status"] == PASSED]
-    return sorted({a["task"] for a in good}), sorted({a["difficulty"] for a in good})
+    return sorted({p.task for p, _ in samples}), sorted({p.difficulty for p, _ in samples})
 
 
 def check_sft_config(cfg: SFTConfig) -> str:
@@ -96,6 +96,7 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
     from .grpo import make_optimizer, save_final_model
 
     style = check_sft_config(cfg)
+    samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
     run_dir = Path(cfg.output_dir)
     if (run_dir / "config.json").exists():
         raise UserError(f"{run_dir} already holds a run; choose another --output-dir")
@@ -114,7 +115,7 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
     scheduler = get_scheduler(
         cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
     )
-    examples = sft_examples(cfg, tok, style)
+    examples = sft_examples(cfg, tok, style, samples)
     log = RunLog(run_dir, tensorboard=False)
     log.info(
         f"SFT of {cfg.model} on {'samples of ' + cfg.from_samples if cfg.from_samples else ','.join(cfg.tasks)}"
@@ -151,7 +152,7 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
             if cfg.max_seconds and elapsed >= cfg.max_seconds:
                 log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
                 break
-        tasks, difficulties = trained_on(cfg)
+        tasks, difficulties = trained_on(cfg, samples)
         card = {
             "prompt_style": style,
             "chat_template": cfg.chat_template,
