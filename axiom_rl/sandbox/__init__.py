@@ -13,7 +13,9 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   all dead; in a user namespace a fresh one per submission, since there it could). It sees
   only its own processes, as init of its pid namespace, so killing it at the end kills
   everything it started, daemons that called setsid included. /tmp, /var/tmp, /dev/shm and
-  /run/lock are private tmpfs mounts that vanish with it.
+  /run/lock are private tmpfs mounts that vanish with it. Its mount namespace is a copy of a
+  template prepared once per worker slot (private propagation, the covered directories below),
+  so the per-job set-up is only what must be fresh; the template itself is out of its reach.
 - Identity: started as root, each worker slot runs submissions as a uid of its own (61000+slot),
   so a submission can neither write the parent's files, nor signal other processes, nor exceed
   its process limit through another slot. Directories others cannot enter (pyenv under /root)
