@@ -26,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .report import goal_verdicts, success_rate, write_report
+from .report import accuracy_cells, goal_verdicts, write_report
 from .rewards import compute_reward
 from .sandbox import Sandbox
 from .tasks import generate_problems, get_task, task_names
@@ -216,17 +216,8 @@ def results_table(before: Any, after: Any, control: Any, cfg: QuickstartConfig) 
     for d in (cfg.difficulty, cfg.untrained_difficulty):
         label = f"{d} ({'trained' if d == cfg.difficulty else 'untrained'})"
         for mode, shown in (("greedy", "greedy"), ("sampled", "sampled T=1")):
-            a, b = success_rate(before, mode, d), success_rate(after, mode, d)
-            cells = [label, shown]
-            cells += (
-                [f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts"]
-                if a is not None and b is not None
-                else ["-"] * 3
-            )
-            if control:
-                c = success_rate(control, mode, d)
-                cells.append("-" if c is None else f"{c:.1%}")
-            table.add_row(*cells)
+            cells, more_sft = accuracy_cells(before, after, control, mode, d)
+            table.add_row(label, shown, *cells, *([more_sft] if control else []))
     return table
 
 

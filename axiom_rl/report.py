@@ -89,6 +89,21 @@ def success_rate(summary: Any, mode: str, difficulty: int) -> float | None:
     return next((r["success_rate"] for r in summary[mode] if r["difficulty"] == difficulty), None)
 
 
+def accuracy_cells(
+    before: Any, after: Any, control: Any, mode: str, difficulty: int
+) -> tuple[list[str], str]:
+    """The cells of one (difficulty, decoding) row of the quickstart's results: SFT, GRPO and the
+    change, and the more-SFT control ("" when there is no control; "-" for what was not measured)."""
+    a, b = success_rate(before, mode, difficulty), success_rate(after, mode, difficulty)
+    cells = (
+        [f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts"]
+        if a is not None and b is not None
+        else ["-"] * 3
+    )
+    c = success_rate(control, mode, difficulty) if control else None
+    return cells, ("" if not control else "-" if c is None else f"{c:.1%}")
+
+
 def _md_table(before: Any, after: Any, control: Any, cfg: Any) -> str:
     head = "| difficulty | trained on | greedy: SFT | GRPO | change | sampled: SFT | GRPO | change |"
     sep = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -100,15 +115,10 @@ def _md_table(before: Any, after: Any, control: Any, cfg: Any) -> str:
         row = [str(d), "yes" if d == cfg.difficulty else "no"]
         extra = []
         for mode in ("greedy", "sampled"):
-            a, b = success_rate(before, mode, d), success_rate(after, mode, d)
-            row += (
-                [f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f} pts"]
-                if a is not None and b is not None
-                else ["-"] * 3
-            )
+            cells, more_sft = accuracy_cells(before, after, control, mode, d)
+            row += cells
             if control:
-                c = success_rate(control, mode, d)
-                extra.append("-" if c is None else f"{c:.1%}")
+                extra.append(more_sft)
         lines.append("| " + " | ".join(row + extra) + " |")
     return "\n".join(lines)
 

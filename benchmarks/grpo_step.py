@@ -13,7 +13,9 @@ Printed per configuration: seconds per step (median, range), completion tokens p
 RSS (or peak CUDA memory; median and range over rounds, one process each), the split of a step (generation / reference and old log-probs /
 forward / backward), the ratio axiom-rl : TRL, and the compute floor -- the step's FLOPs (from
 the model shape and token counts) over the matmul throughput measured on this device at the
-start -- with each side's step time as a multiple of it.
+start -- with each side's step time as a multiple of it, and the time the step's linear layers
+alone take with each matmul timed at its real shape (decode steps are a few rows times a weight,
+where the BLAS runs below the large-matmul rate): a bound for any implementation calling it.
 
     python benchmarks/grpo_step.py                       # the issue's configurations, CPU
     python benchmarks/grpo_step.py --config full --rounds 3 --steps 5
@@ -177,6 +179,72 @@ def step_flops(setup: Setup, prompt_len: int) -> float:
     fwd = rows * (p + t) * 2 * body + rows * t * 2 * d * vocab + attention(rows * (p + t), (p + t) / 2)
     ref = fwd if setup.beta else 0.0
     return gen + ref + fwd + 2 * fwd
+
+
+def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]:
+    """Seconds one step spends in its linear layers alone, each matmul timed at its real shape with
+    this machine's BLAS (best of 5): generation (prefill, then one token per row per step: M is
+    the number of rows), the reference and policy forwards, and the backward (the input and the
+    weight gradient of each). Attention and everything elementwise are left out, so no step that
+    calls this BLAS can be faster. The compute floor assumes the rate of a large square matmul for
+    all of them; at decode shapes (a few rows times a weight) the BLAS runs at about half of it.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[setup.dtype]
+    d, hd = setup.hidden, setup.hidden // setup.heads
+    layer = [
+        (d, (setup.heads + 2 * setup.kv_heads) * hd),
+        (d, d),
+        (d, 2 * setup.intermediate),
+        (setup.intermediate, d),
+    ]
+    vocab = 259
+    cache: dict[tuple[int, int, int, str], float] = {}
+
+    def timed(m: int, k: int, n: int, kind: str = "fwd") -> float:
+        key = (m, k, n, kind)
+        if key not in cache:
+            if kind == "fwd":  # [m, k] x [n, k]^T, as F.linear
+                a, b = torch.randn(m, k, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
+                fn = lambda: F.linear(a, b)  # noqa: E731
+            elif kind == "dx":  # grad of the input: [m, n] x [n, k]
+                a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
+                fn = lambda: a @ b  # noqa: E731
+            else:  # grad of the weight: [n, m] x [m, k]
+                a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(m, k, device=device, dtype=dt)
+                fn = lambda: a.t() @ b  # noqa: E731
+            times = []
+            for i in range(6):
+                if device != "cpu":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                fn()
+                if device != "cpu":
+                    torch.cuda.synchronize()
+                if i:
+                    times.append(time.perf_counter() - t0)
+            cache[key] = min(times)
+        return cache[key]
+
+    def forward(m: int, logits_rows: int) -> float:
+        return setup.layers * sum(timed(m, k, n) for k, n in layer) + timed(logits_rows, d, vocab)
+
+    def backward(m: int, logits_rows: int) -> float:
+        shapes = [(m, k, n) for k, n in layer] * setup.layers + [(logits_rows, d, vocab)]
+        return sum(timed(*shape, "dx") + timed(*shape, "dw") for shape in shapes)
+
+    rows, t = setup.prompts * setup.generations, setup.completion
+    gen = forward(setup.prompts * prompt_len, setup.prompts) + (t - 1) * forward(rows, rows)
+    train_rows = rows * (prompt_len + t)
+    fwd = forward(train_rows, rows * t)
+    return {
+        "generation": gen,
+        "reference": fwd if setup.beta else 0.0,
+        "forward": fwd,
+        "backward": backward(train_rows, rows * t),
+    }
 
 
 # ------------------------------------------------------------------------------ the two sides
@@ -410,6 +478,7 @@ def main() -> None:
             prompt_len = statistics.mean(len(p) for p in prompts(setup.prompts))  # one token per character
             rate = matmul_flops(args.device, setup.dtype)
             floor = step_flops(setup, prompt_len) / rate
+            bound = matmul_bound(setup, round(prompt_len), args.device)
             order = ["axiom", "trl"] + ([f"axiom:{a}" for a in ABLATIONS] if args.ablations else [])
             sides: dict[str, dict[str, list[float]]] = {side: {} for side in order}
             peaks: dict[str, list[float]] = {side: [] for side in order}
@@ -425,6 +494,12 @@ def main() -> None:
         )
         print(
             f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s)"
+        )
+        print(
+            f"   matmuls alone at this step's shapes, timed with this machine's BLAS: {sum(bound.values()) * 1e3:.0f} ms/step"
+            f" ({sum(bound.values()) / floor:.2f}x the floor); split "
+            + " / ".join(f"{v * 1e3:.0f}" for v in bound.values())
+            + " ms; no implementation calling this BLAS can go below it"
         )
         print(
             f"   {'side':<17}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB median (range)':>24}   split: gen / ref / fwd / bwd (ms)   x floor"

@@ -385,3 +385,16 @@ def test_make_quickstart_target_calls_the_cli():
         ).returncode
         == 0
     )
+
+
+def test_accuracy_cells_feed_both_result_tables():
+    from axiom_rl.report import accuracy_cells
+
+    before, after = _summary(0.30, 0.20), _summary(0.34, 0.31)
+    assert accuracy_cells(before, after, _summary(0.40, 0.35), "sampled", 1) == (
+        ["20.0%", "31.0%", "+11.0 pts"],
+        "35.0%",
+    )
+    assert accuracy_cells(before, after, None, "greedy", 1) == (["30.0%", "34.0%", "+4.0 pts"], "")
+    # a difficulty that was not evaluated shows dashes, on both sides and for the control
+    assert accuracy_cells(before, after, _summary(0.4, 0.3), "greedy", 3) == (["-"] * 3, "-")

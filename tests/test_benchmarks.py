@@ -1,0 +1,40 @@
+"""The benchmark scripts' own arithmetic (their figures are measured by running them, not here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "grpo_step.py"
+
+
+@pytest.fixture(scope="module")
+def grpo_step():
+    spec = importlib.util.spec_from_file_location("grpo_step_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_matmul_bound_covers_each_pass_of_the_step(grpo_step):
+    small = grpo_step.Setup("small", hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, completion=8)
+    bound = grpo_step.matmul_bound(small, prompt_len=10, device="cpu")
+    assert set(bound) == {"generation", "reference", "forward", "backward"}
+    assert all(v > 0 for v in bound.values())
+    assert bound["reference"] == bound["forward"]  # the same shapes, without gradient
+    # no reference pass without a KL term, and more decode steps cost more generation
+    assert grpo_step.matmul_bound(replace(small, beta=0.0), 10, "cpu")["reference"] == 0.0
+    longer = grpo_step.matmul_bound(replace(small, completion=64), 10, "cpu")
+    assert longer["generation"] > bound["generation"]
+
+
+def test_step_flops_grow_with_the_work(grpo_step):
+    full = grpo_step.CONFIGS["full"]
+    flops = grpo_step.step_flops(full, 30)
+    assert grpo_step.step_flops(replace(full, completion=128), 30) > flops
+    assert grpo_step.step_flops(replace(full, beta=0.0), 30) < flops  # no reference forward
