@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 
 import codec  # sibling module: the script's directory is sys.path[0] until we drop it below
 
@@ -222,33 +223,19 @@ def _bind_read_only(fd: int, path: str) -> None:
     os.close(fd)
 
 
-def _mount_template(cfg: dict) -> int:
-    """A mount namespace prepared once per slot, which every candidate copies: recursively private
-    (nothing mounted in a copy propagates to the host) and, for an unprivileged uid, with the
-    directories it cannot enter (e.g. /root, where pyenv lives) covered by an empty tmpfs and the
-    interpreter bound back read-only. Doing this once instead of per job saves about half a
-    millisecond of every verification. A candidate cannot change the template: it only ever
-    holds a copy, and the template's own mounts are root's and read-only to it.
-
-    Returns a file descriptor on the namespace (kept open, it keeps the namespace alive).
-    """
+def _prepared_namespace(flag: int, kind: str, prepare: Callable[[], None] | None = None) -> int:
+    """A namespace made once per slot by a helper child (unshare, then `prepare` inside it), which
+    candidates then enter or copy. Returns a file descriptor on it: kept open by the monitor, it
+    keeps the namespace alive after the helper has exited."""
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
         try:
             ours.close()
-            unshare(CLONE_NEWNS)
-            mount(None, "/", None, MS_REC | MS_PRIVATE)
-            handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in cfg["python_paths"]}
-            for top in cfg["blocked_dirs"]:
-                mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
-            for path, fd in handles.items():
-                if any(_is_within(path, top) for top in cfg["blocked_dirs"]):
-                    _bind_read_only(fd, path)
-                else:
-                    os.close(fd)
-            ns = os.open("/proc/self/ns/mnt", os.O_RDONLY)
-            socket.send_fds(theirs, [b"x"], [ns])
+            unshare(flag)
+            if prepare is not None:
+                prepare()
+            socket.send_fds(theirs, [b"x"], [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY)])
             os._exit(0)
         except BaseException:
             with contextlib.suppress(BaseException):
@@ -259,8 +246,36 @@ def _mount_template(cfg: dict) -> int:
     ours.close()
     _, status = os.waitpid(pid, 0)
     if not fds or not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-        raise OSError("could not prepare the sandbox's mount namespace")
+        raise OSError(f"could not prepare the sandbox's {kind} namespace")
     return fds[0]
+
+
+def _slot_netns() -> int:
+    """An empty network namespace for this slot's candidates, created once (root mode)."""
+    return _prepared_namespace(CLONE_NEWNET, "net")
+
+
+def _mount_template(cfg: dict) -> int:
+    """A mount namespace prepared once per slot, which every candidate copies: recursively private
+    (nothing mounted in a copy propagates to the host) and, for an unprivileged uid, with the
+    directories it cannot enter (e.g. /root, where pyenv lives) covered by an empty tmpfs and the
+    interpreter bound back read-only. Doing this once instead of per job saves about half a
+    millisecond of every verification. A candidate cannot change the template: it only ever
+    holds a copy, and the template's own mounts are root's and read-only to it.
+    """
+
+    def prepare() -> None:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in cfg["python_paths"]}
+        for top in cfg["blocked_dirs"]:
+            mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
+        for path, fd in handles.items():
+            if any(_is_within(path, top) for top in cfg["blocked_dirs"]):
+                _bind_read_only(fd, path)
+            else:
+                os.close(fd)
+
+    return _prepared_namespace(CLONE_NEWNS, "mnt", prepare)
 
 
 def _limit(limits: dict, nproc: bool) -> None:
@@ -809,27 +824,6 @@ class Judge:
         return status
 
 
-def _slot_netns() -> int:
-    """An empty network namespace for this slot's candidates, created once (root mode)."""
-    ready_r, ready_w = os.pipe()
-    done_r, done_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            unshare(CLONE_NEWNET)
-            os.write(ready_w, b"x")
-            os.read(done_r, 1)  # stay until the monitor holds a handle on the namespace
-        finally:
-            os._exit(0)
-    os.read(ready_r, 1)
-    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-    os.write(done_w, b"x")
-    os.waitpid(pid, 0)
-    for end in (ready_r, ready_w, done_r, done_w):
-        os.close(end)
-    return fd
-
-
 def _enter_user_ns() -> None:
     """Non-root: become root of a new user namespace, which then owns the other namespaces."""
     uid, gid = os.getuid(), os.getgid()
@@ -897,7 +891,7 @@ def configure(settings: dict) -> tuple[dict, str]:
             if p and os.path.isdir(p)
         }
     )
-    paths = [p for p in paths if not any(p.startswith(q + os.sep) for q in paths if q != p)]  # outermost only
+    paths = [p for p in paths if not any(_is_within(p, q) for q in paths if q != p)]  # outermost only
     cfg = {
         "root": root,
         "namespaces": namespaces,
