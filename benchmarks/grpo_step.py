@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -135,26 +136,38 @@ def prompts(n: int) -> list[str]:
     ]
 
 
+# Setup.dtype -> the name of the torch dtype (getattr(torch, name); transformers' `dtype` argument).
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def best_seconds(fn: Callable[[], object], device: str, runs: int) -> float:
+    """The fastest of `runs` timed calls of `fn`, after one untimed warm-up call (on a GPU, each
+    call is timed to completion)."""
+    import torch
+
+    times = []
+    for i in range(runs + 1):
+        if device != "cpu":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def matmul_flops(device: str, dtype: str) -> float:
     """FLOP/s of a large square matmul on this device (the best of 7 after a warm-up: the floor is
     what the hardware allows, not what a noisy moment gave)."""
     import torch
 
-    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    dt = getattr(torch, TORCH_DTYPES[dtype])
     size = 1024 if device == "cpu" else 8192
     a = torch.randn(size, size, device=device, dtype=dt)
     b = torch.randn(size, size, device=device, dtype=dt)
-    times = []
-    for i in range(8):
-        if device != "cpu":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        (a @ b).sum().item()
-        if device != "cpu":
-            torch.cuda.synchronize()
-        if i:
-            times.append(time.perf_counter() - t0)
-    return 2 * size**3 / min(times)
+    return 2 * size**3 / best_seconds(lambda: (a @ b).sum().item(), device, runs=7)
 
 
 def step_flops(setup: Setup, prompt_len: int) -> float:
@@ -192,7 +205,7 @@ def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]
     import torch
     import torch.nn.functional as F
 
-    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[setup.dtype]
+    dt = getattr(torch, TORCH_DTYPES[setup.dtype])
     d, hd = setup.hidden, setup.hidden // setup.heads
     layer = [
         (d, (setup.heads + 2 * setup.kv_heads) * hd),
@@ -215,17 +228,7 @@ def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]
             else:  # grad of the weight: [n, m] x [m, k]
                 a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(m, k, device=device, dtype=dt)
                 fn = lambda: a.t() @ b  # noqa: E731
-            times = []
-            for i in range(6):
-                if device != "cpu":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                fn()
-                if device != "cpu":
-                    torch.cuda.synchronize()
-                if i:
-                    times.append(time.perf_counter() - t0)
-            cache[key] = min(times)
+            cache[key] = best_seconds(fn, device, runs=5)
         return cache[key]
 
     def forward(m: int, logits_rows: int) -> float:
@@ -325,7 +328,7 @@ def run_trl(
         use_cpu=device == "cpu", bf16=setup.dtype == "bf16", fp16=setup.dtype == "fp16", temperature=1.0,
         top_p=1.0, top_k=0, save_strategy="no", seed=0, disable_tqdm=True,
         gradient_checkpointing=setup.gradient_checkpointing,
-        model_init_kwargs={"dtype": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[setup.dtype]},
+        model_init_kwargs={"dtype": TORCH_DTYPES[setup.dtype]},
     )  # fmt: skip
     data = Dataset.from_dict({"prompt": list(by_prompt)[: setup.prompts * steps * 2]})
     trainer = GRPOTrainer(
@@ -495,9 +498,10 @@ def main() -> None:
         print(
             f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s)"
         )
+        matmuls_s = sum(bound.values())
         print(
-            f"   matmuls alone at this step's shapes, timed with this machine's BLAS: {sum(bound.values()) * 1e3:.0f} ms/step"
-            f" ({sum(bound.values()) / floor:.2f}x the floor); split "
+            f"   matmuls alone at this step's shapes, timed with this machine's BLAS: {matmuls_s * 1e3:.0f} ms/step"
+            f" ({matmuls_s / floor:.2f}x the floor); split "
             + " / ".join(f"{v * 1e3:.0f}" for v in bound.values())
             + " ms; no implementation calling this BLAS can go below it"
         )
