@@ -22,6 +22,7 @@ where the BLAS runs below the large-matmul rate): a bound for any implementation
     python benchmarks/grpo_step.py --device cuda --config gpu-0.5b   # a 0.5B-sized Qwen2, bf16
     python benchmarks/grpo_step.py --trl-same-allocator  # TRL with axiom-rl's CPU malloc settings too
     python benchmarks/grpo_step.py --config full --ablations  # axiom-rl with one speed-up off at a time
+    python benchmarks/grpo_step.py --config full --ablations hf-generate  # only that one
 
 --ablations adds axiom-rl runs, in the same rotation, each with one of its speed-ups turned off
 (ABLATIONS below): what each is worth, measured in the same invocation as the rest.
@@ -445,8 +446,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--ablations",
-        action="store_true",
-        help="also run axiom-rl with each speed-up off in turn: " + ", ".join(ABLATIONS),
+        nargs="*",
+        choices=sorted(ABLATIONS),
+        metavar="NAME",
+        help="also run axiom-rl with each speed-up off in turn (all, or the ones named): "
+        + ", ".join(ABLATIONS),
     )
     ap.add_argument(
         "--child", choices=["axiom", "trl", *(f"axiom:{a}" for a in ABLATIONS)], help=argparse.SUPPRESS
@@ -465,6 +469,7 @@ def main() -> None:
     import trl
 
     names = args.config or ["full", "lora", "rollout-heavy"]
+    ablations = list(ABLATIONS) if args.ablations == [] else args.ablations or []
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; device {args.device}")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; "
           f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up, alternating axiom-rl / TRL")  # fmt: skip
@@ -482,7 +487,7 @@ def main() -> None:
             rate = matmul_flops(args.device, setup.dtype)
             floor = step_flops(setup, prompt_len) / rate
             bound = matmul_bound(setup, round(prompt_len), args.device)
-            order = ["axiom", "trl"] + ([f"axiom:{a}" for a in ABLATIONS] if args.ablations else [])
+            order = ["axiom", "trl"] + [f"axiom:{a}" for a in ablations]
             sides: dict[str, dict[str, list[float]]] = {side: {} for side in order}
             peaks: dict[str, list[float]] = {side: [] for side in order}
             for _ in range(args.rounds):
@@ -527,10 +532,10 @@ def main() -> None:
         print(f"   axiom-rl : TRL  steps/s {steps_med['trl'] / steps_med['axiom']:.2f}x, generation tokens/s {gen_ratio:.2f}x, "
               f"peak memory {med(peaks['axiom']) / med(peaks['trl']):.2f}x\n")  # fmt: skip
 
-        for off in ABLATIONS if args.ablations else ():
+        for off in ablations:
             print(f"   with {off} ({ABLATIONS[off][0]}) axiom-rl's step takes "
                   f"{steps_med[f'axiom:{off}'] / steps_med['axiom']:.2f}x as long")  # fmt: skip
-        if args.ablations:
+        if ablations:
             print()
 
 
