@@ -80,12 +80,13 @@ CONFIGS = {
 }
 
 
-# axiom-rl with one speed-up turned off: name -> (what is off, TrainConfig overrides). The two
+# axiom-rl with one speed-up turned off: name -> (what is off, TrainConfig overrides). Those
 # that are not options of the trainer are switched off by patching it in the child process.
 ABLATIONS = {
     "hf-generate": ("transformers generate instead of the decode loop", {"rollout_backend": "hf"}),
     "default-malloc": ("glibc's default malloc settings, not keep_freed_memory", {}),
     "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
+    "autograd-mlp": ("autograd's gated MLP, keeping silu(gate) for backward", {}),
 }
 
 
@@ -99,6 +100,10 @@ def switch_off(ablation: str | None) -> dict:
 
     if ablation == "default-malloc":
         grpo.keep_freed_memory = lambda: False
+    elif ablation == "autograd-mlp":
+        from axiom_rl.models import load
+
+        load.lean_mlp_activations = lambda model: 0
     elif ablation == "unfused-adamw":
         grpo.make_optimizer = lambda params, lr, wd: torch.optim.AdamW(params, lr=lr, weight_decay=wd)
     return ABLATIONS[ablation][1]

@@ -50,3 +50,61 @@ def test_same_seed_same_weights():
     c, _ = build_tiny_model("nano", seed=5)
     assert all((x == y).all() for x, y in zip(a.parameters(), b.parameters()))
     assert any((x != y).any() for x, y in zip(a.parameters(), c.parameters()))
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    return LlamaForCausalLM(cfg)
+
+
+def _forward_backward(model, ids):
+    """Logits, every parameter's gradient, and the bytes of distinct storages kept for backward."""
+    import torch
+
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(input_ids=ids).logits
+    logits.float().log_softmax(-1).mean().backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, sum(kept.values())
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_lean_mlp_keeps_one_tensor_fewer_and_changes_no_number(family):
+    import copy
+
+    import torch
+
+    from axiom_rl.models.activation_memory import lean_mlp_activations
+
+    torch.manual_seed(0)
+    model = build_tiny_model("micro", seed=3)[0] if family == "qwen2" else _tiny_llama()
+    lean = copy.deepcopy(model)
+    layers = model.config.num_hidden_layers
+    assert lean_mlp_activations(lean) == layers
+    ids = torch.randint(0, 60, (3, 17))
+    logits, grads, kept = _forward_backward(model, ids)
+    lean_logits, lean_grads, lean_kept = _forward_backward(lean, ids)
+    assert torch.equal(logits, lean_logits)
+    assert all(torch.equal(grads[n], lean_grads[n]) for n in grads)
+    # silu(gate): one [rows, tokens, intermediate] float32 tensor per layer, no longer kept
+    assert kept - lean_kept == layers * 3 * 17 * model.config.intermediate_size * 4
+
+
+def test_lean_mlp_leaves_other_architectures_alone():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from axiom_rl.models.activation_memory import lean_mlp_activations
+
+    assert (
+        lean_mlp_activations(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))) == 0
+    )

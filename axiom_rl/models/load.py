@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from .activation_memory import lean_mlp_activations
 from .tiny import TINY_SIZES, build_tiny_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -212,5 +213,6 @@ def load_policy(
         for p in reference.parameters():
             p.requires_grad_(False)
         reference.to(dev)
+    lean_mlp_activations(net)  # same numbers, one activation fewer per MLP layer at the peak
     net.to(dev)
     return Policy(net, tok, dev, torch_dtype, use_lora, reference)
