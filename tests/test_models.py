@@ -108,3 +108,20 @@ def test_lean_mlp_leaves_other_architectures_alone():
     assert (
         lean_mlp_activations(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))) == 0
     )
+
+
+def test_lean_mlp_under_gradient_checkpointing_gives_the_same_gradients():
+    import copy
+
+    import torch
+
+    from axiom_rl.models.activation_memory import lean_mlp_activations
+
+    model = build_tiny_model("micro", seed=4)[0].train()
+    lean = copy.deepcopy(model)
+    lean.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert lean_mlp_activations(lean) == model.config.num_hidden_layers
+    ids = torch.randint(0, 60, (2, 21))
+    _, grads, _ = _forward_backward(model, ids)
+    _, lean_grads, _ = _forward_backward(lean, ids)
+    assert all(torch.equal(grads[n], lean_grads[n]) for n in grads)
