@@ -53,6 +53,8 @@ def lean_mlp_activations(model: Any) -> int:
     (0 for architectures it does not know, which train as before)."""
     changed = 0
     for module in model.modules():
+        if "forward" in vars(module):  # already wrapped (an accelerate hook, a user's patch): keep it
+            continue
         if type(module).__name__ in GATED_MLPS and type(module.act_fn).__name__ in ("SiLUActivation", "SiLU"):
             module.forward = types.MethodType(_gated_mlp_forward, module)
             changed += 1
