@@ -100,7 +100,7 @@ def test_lean_mlp_keeps_one_tensor_fewer_and_changes_no_number(family):
     assert kept - lean_kept == layers * 3 * 17 * model.config.intermediate_size * 4
 
 
-def test_lean_mlp_leaves_other_architectures_alone():
+def test_lean_mlp_leaves_other_architectures_and_replaced_forwards_alone():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from axiom_rl.models.activation_memory import lean_mlp_activations
@@ -108,6 +108,9 @@ def test_lean_mlp_leaves_other_architectures_alone():
     assert (
         lean_mlp_activations(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))) == 0
     )
+    model = build_tiny_model("nano", seed=0)[0]
+    assert lean_mlp_activations(model) == model.config.num_hidden_layers
+    assert lean_mlp_activations(model) == 0  # a forward already replaced is left as it is
 
 
 def test_lean_mlp_under_gradient_checkpointing_gives_the_same_gradients():
