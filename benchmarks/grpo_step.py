@@ -35,6 +35,7 @@ process the same settings, to show how much of the difference is that alone.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -112,6 +113,14 @@ def switch_off(ablation: str | None) -> dict:
 # ------------------------------------------------------------------------------ shared set-up
 
 
+@functools.cache
+def vocab_size() -> int:
+    """The benchmark model's vocabulary: axiom-rl's byte-level tokenizer."""
+    from axiom_rl.models.tiny import build_char_tokenizer
+
+    return len(build_char_tokenizer())
+
+
 def build_model_dir(setup: Setup, path: Path) -> int:
     """A random Qwen2 of this shape and the byte-level tokenizer, saved; returns parameters."""
     import torch
@@ -124,7 +133,7 @@ def build_model_dir(setup: Setup, path: Path) -> int:
     model = Qwen2ForCausalLM(
         tiny_config(
             TinySize(setup.hidden, setup.layers, setup.heads, setup.kv_heads, setup.intermediate),
-            vocab_size=len(tok),
+            vocab_size=vocab_size(),
         )
     )
     model.save_pretrained(path)
@@ -186,7 +195,7 @@ def step_flops(setup: Setup, prompt_len: int) -> float:
     d, L = setup.hidden, setup.layers
     kv = setup.kv_heads * (d // setup.heads)
     per_layer = d * (d + 2 * kv) + d * d + 3 * d * setup.intermediate  # q,k,v,o + gate,up,down
-    vocab = 259
+    vocab = vocab_size()
     body = L * per_layer
     rows, p, t = setup.prompts * setup.generations, prompt_len, setup.completion
 
@@ -219,7 +228,7 @@ def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]
         (d, 2 * setup.intermediate),
         (setup.intermediate, d),
     ]
-    vocab = 259
+    vocab = vocab_size()
     cache: dict[tuple[int, int, int, str], float] = {}
 
     def timed(m: int, k: int, n: int, kind: str = "fwd") -> float:
