@@ -472,6 +472,10 @@ def main() -> None:
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.warmup + args.steps < 2:
+        ap.error(
+            "--rounds and --steps must be >= 1, --warmup >= 0, and --warmup + --steps >= 2 (a first step is never timed)"
+        )
     if args.child:
         child(args)
         return

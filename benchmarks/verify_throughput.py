@@ -197,6 +197,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=2.0, help="seconds per submission, both sides")
     args = ap.parse_args()
+    if args.mixed < 0 or args.rounds < 1 or args.workers < 1 or args.timeout <= 0:
+        ap.error("--mixed must be >= 0, --rounds and --workers >= 1, --timeout > 0")
 
     from axiom_rl.tasks.importers import import_humaneval
 
