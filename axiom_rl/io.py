@@ -1,8 +1,10 @@
-"""Files written atomically, JSONL read with line numbers.
+"""Files and directories written atomically, JSONL read with line numbers.
 
-Nothing axiom-rl writes (problems, results, checkpoints, reports) is ever left half-written:
-data goes to a temporary file in the same directory, is flushed to disk, then renamed over
-the destination in one step.
+Nothing axiom-rl writes (problems, results, checkpoints, models, reports) is ever left
+half-written: data goes to a temporary sibling, is flushed to disk, then renamed over the
+destination in one step. What lands there has the permissions a plain `open()` or `mkdir()`
+would have given it (the umask's), or, for a file replaced, the permissions it had: the
+private 0600 / 0700 of a temporary file never leaks into the result.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -19,6 +23,27 @@ from typing import Any, TextIO
 from .errors import UserError
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (os.umask can only set it, which would race
+    with other threads creating files); falls back to setting it back at once elsewhere."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _final_mode(path: Path, default: int) -> int:
+    """The permissions `path` should end with: its current ones if it exists, else `default`
+    (0o666 for a file, 0o777 for a directory) less the umask, as open() and mkdir() do."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return default & ~current_umask()
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[TextIO]:
     """Open a temporary sibling of `path` for writing; rename it over `path` on success."""
@@ -26,6 +51,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[TextI
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _final_mode(path, 0o666))
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
@@ -35,6 +61,42 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[TextI
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty temporary sibling of directory `path` to fill; on success its files are
+    flushed to disk and it takes `path`'s place. On failure it is removed and `path`, if it
+    existed, is left as it was. An existing `path` is renamed aside first and deleted only once
+    the new one is in place.
+    """
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise UserError(f"{path} exists and is not a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old: Path | None = None
+    try:
+        yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        tmp.chmod(0o777 & ~current_umask())
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old)  # a directory may be renamed over an empty one
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(old, path)  # put the previous one back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

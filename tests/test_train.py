@@ -6,6 +6,7 @@ import json
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from axiom_rl.algorithms import ADVANTAGES, LOSSES, register_loss
 from axiom_rl.algorithms.losses import clipped_surrogate_loss
 from axiom_rl.config import TrainConfig
 from axiom_rl.errors import UserError
+from axiom_rl.io import current_umask
 from axiom_rl.models.load import load_policy
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.tasks import Task, register_task
@@ -105,6 +107,11 @@ def test_countdown_on_cpu_in_under_a_minute(tmp_path):
         "final_model",
     ):
         assert (run / name).exists(), name
+    # What the run writes has the permissions of the umask, like any file the user makes: a
+    # teammate can read the model and the config (the temporaries they pass through are 0600/0700).
+    umask = current_umask()
+    for name, default in (("config.json", 0o666), ("final_model", 0o777), ("checkpoints/step-3", 0o777)):
+        assert stat.S_IMODE((run / name).stat().st_mode) == default & ~umask, name
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     required = {"step", "loss", "reward_mean", "reward_std", "reward_max", "zero_std_frac", "kl", "clip_frac",

@@ -12,15 +12,15 @@ writing never leaves a half checkpoint; only `keep` newest ones stay on disk.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..io import atomic_directory
 
 CHECKPOINT_DIR = "checkpoints"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -78,24 +78,13 @@ def save_checkpoint(
     root = Path(run_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.", dir=root))
     quiet_saving()
-    try:
+    with atomic_directory(final) as tmp:
         model.save_pretrained(tmp / "model", safe_serialization=True)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"ranks": rng_states or [rng_state()]}, tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1))
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     for _, old in checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -716,24 +716,14 @@ def _print_samples(say: Callable[[str], None], step: int, scored: Scored, cfg: T
 
 def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, Any] | None = None) -> None:
     """save_pretrained output, loadable by plain transformers (+ peft for an adapter); atomic."""
-    import shutil
-    import tempfile
-
+    from ..io import atomic_directory
     from .checkpoint import quiet_saving
 
     quiet_saving()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with atomic_directory(path) as tmp:
         model = policy.model
         if policy.lora and merge:
             model = model.merge_and_unload()
         model.save_pretrained(tmp, safe_serialization=True)
         policy.tokenizer.save_pretrained(tmp)
         (tmp / MODEL_CARD).write_text(json.dumps(card or {}, indent=1) + "\n")
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

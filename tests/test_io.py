@@ -1,0 +1,88 @@
+"""Atomic writes: complete or absent, never half-written, with the permissions plain open() and
+mkdir() would give (not the 0600 / 0700 of a temporary file)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from axiom_rl.errors import UserError
+from axiom_rl.io import atomic_directory, atomic_open, current_umask, write_text_atomic
+
+
+@pytest.fixture
+def umask_027():
+    previous = os.umask(0o027)
+    yield 0o027
+    os.umask(previous)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_current_umask_reads_without_changing_it(umask_027):
+    assert current_umask() == 0o027
+    assert current_umask() == 0o027
+
+
+def test_a_new_file_gets_the_umask_permissions(tmp_path, umask_027):
+    write_text_atomic(tmp_path / "new.txt", "data")
+    assert (tmp_path / "new.txt").read_text() == "data"
+    assert mode(tmp_path / "new.txt") == 0o640
+
+
+def test_a_replaced_file_keeps_its_permissions(tmp_path, umask_027):
+    target = tmp_path / "shared.jsonl"
+    target.write_text("old")
+    target.chmod(0o664)
+    write_text_atomic(target, "new")
+    assert target.read_text() == "new"
+    assert mode(target) == 0o664
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "results.jsonl"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_open(target) as f:
+        f.write("half")
+        raise RuntimeError("crash")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["results.jsonl"]
+
+
+def test_a_new_directory_gets_the_umask_permissions(tmp_path, umask_027):
+    with atomic_directory(tmp_path / "model") as tmp:
+        (tmp / "weights.bin").write_bytes(b"w")
+    assert (tmp_path / "model" / "weights.bin").read_bytes() == b"w"
+    assert mode(tmp_path / "model") == 0o750
+    assert os.listdir(tmp_path) == ["model"]
+
+
+def test_a_directory_is_replaced_whole(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "stale.bin").write_bytes(b"old")
+    with atomic_directory(tmp_path / "model") as tmp:
+        (tmp / "fresh.bin").write_bytes(b"new")
+    assert os.listdir(tmp_path / "model") == ["fresh.bin"]
+    assert os.listdir(tmp_path) == ["model"]  # neither the temporary nor the old one is left
+
+
+def test_a_failed_directory_write_leaves_the_old_one(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "good.bin").write_bytes(b"good")
+    with pytest.raises(RuntimeError), atomic_directory(tmp_path / "model") as tmp:
+        (tmp / "partial.bin").write_bytes(b"half")
+        raise RuntimeError("crash while saving")
+    assert os.listdir(tmp_path / "model") == ["good.bin"]
+    assert os.listdir(tmp_path) == ["model"]
+
+
+def test_a_directory_over_a_file_is_refused_before_any_work(tmp_path):
+    (tmp_path / "model").write_text("a file")
+    with pytest.raises(UserError, match="not a directory"), atomic_directory(tmp_path / "model"):
+        pytest.fail("the body must not run")
+    assert (tmp_path / "model").read_text() == "a file"
+    assert os.listdir(tmp_path) == ["model"]
