@@ -218,24 +218,24 @@ def verify(
     timeout: float | None,
 ) -> int:
     """Run completions against their problems in the sandbox; print a summary."""
-    from .io import write_jsonl_atomic
+    from .io import atomic_open
     from .sandbox import Sandbox
     from .verify_files import verify_files
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
-    with Sandbox(workers=workers) as sandbox:
-        report = verify_files(
-            problems_path, completions_path, sandbox, timeout, progress=progress_bar("verifying")
-        )
-        isolation = sandbox.isolation
-    for e in report.errors:
-        click.echo(f"error: {e}", err=True)
-    if out_path:
-        write_jsonl_atomic(out_path, report.results)
-    else:
+    with contextlib.ExitStack() as stack:
+        # Opened first, so an --out that cannot be written fails before the verification, not after.
+        sink = stack.enter_context(atomic_open(out_path)) if out_path else sys.stdout
+        with Sandbox(workers=workers) as sandbox:
+            report = verify_files(
+                problems_path, completions_path, sandbox, timeout, progress=progress_bar("verifying")
+            )
+            isolation = sandbox.isolation
+        for e in report.errors:
+            click.echo(f"error: {e}", err=True)
         for row in report.results:
-            sys.stdout.write(json.dumps(row) + "\n")
+            sink.write(json.dumps(row) + "\n")
     print_verify_summary(report.results, isolation)
     return 2 if report.errors else 0
 

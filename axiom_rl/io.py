@@ -23,6 +23,17 @@ from typing import Any, TextIO
 from .errors import UserError
 
 
+def ensure_dir(path: str | os.PathLike[str], exist_ok: bool = True) -> Path:
+    """`mkdir -p path`; a place that cannot hold it (read-only, not ours, a file in the way) is
+    the user's to fix: a one-line UserError, not a traceback."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=exist_ok)
+    except OSError as e:
+        raise UserError(f"cannot create directory {path}: {e.strerror or e}") from None
+    return path
+
+
 def current_umask() -> int:
     """The process's umask, read without changing it (os.umask can only set it, which would race
     with other threads creating files); falls back to setting it back at once elsewhere."""
@@ -48,8 +59,11 @@ def _final_mode(path: Path, default: int) -> int:
 def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[TextIO]:
     """Open a temporary sibling of `path` for writing; rename it over `path` on success."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    ensure_dir(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
     try:
         os.fchmod(fd, _final_mode(path, 0o666))
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
@@ -73,8 +87,11 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise UserError(f"{path} exists and is not a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    ensure_dir(path.parent)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
     old: Path | None = None
     try:
         yield tmp

@@ -26,6 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .io import ensure_dir
 from .report import accuracy_cells, goal_verdicts, write_report
 from .rewards import compute_reward
 from .sandbox import Sandbox
@@ -140,7 +141,7 @@ def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str
 
     started = time.perf_counter()
     run_dir = Path(cfg.output_dir) / f"quickstart-{time.strftime('%Y%m%d-%H%M%S')}-s{cfg.seed}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+    ensure_dir(run_dir, exist_ok=False)
     (run_dir / "quickstart.json").write_text(json.dumps(asdict(cfg), indent=1) + "\n")
     db = run_dir / "results.db"
 

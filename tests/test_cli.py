@@ -72,6 +72,35 @@ def test_user_errors_are_one_line_with_exit_code_2(capsys, tmp_path, monkeypatch
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_outputs_that_cannot_be_written_are_one_line_errors(capsys, tmp_path, monkeypatch):
+    """An --out / --output-dir / --db under a file (or in /proc) is the user's to fix: exit 2 and
+    one line, and verify says so before it verifies anything."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("not a directory")
+    assert run(capsys, "problems", "export", "--task", "lcs", "--count", "1", "--out", "p.jsonl")[0] == 0
+    problem_id = json.loads((tmp_path / "p.jsonl").read_text())["id"]
+    (tmp_path / "c.jsonl").write_text(
+        json.dumps({"problem_id": problem_id, "completion": "def lcs(a, b): return 0"})
+    )
+    under_a_file = "cannot create directory afile"
+    cases = [
+        (["problems", "export", "--task", "lcs", "--out", "afile/x.jsonl"], under_a_file),
+        (["verify", "p.jsonl", "c.jsonl", "--out", "afile/r.jsonl"], under_a_file),
+        (["train", "--model", "tiny", "--task", "countdown", "--steps", "1", "--output-dir", "afile/run"], under_a_file),
+        (["eval", "--model", "tiny", "--task", "lcs", "--count", "1", "--difficulty", "1", "--db", "afile/e.sqlite"],
+         under_a_file),
+        (["eval", "--model", "tiny", "--task", "lcs", "--count", "1", "--difficulty", "1", "--db", "/proc/axiom.sqlite"],
+         "cannot open database /proc/axiom.sqlite"),
+    ]  # fmt: skip
+    for args, message in cases:
+        code, out, err = run(capsys, *args)
+        assert code == 2, args
+        assert err.strip().splitlines()[-1].startswith(f"axiom-rl: error: {message}"), err
+        assert "Traceback" not in err
+        assert "verification summary" not in out
+    assert (tmp_path / "afile").read_text() == "not a directory"
+
+
 def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
     problems = tmp_path / "p.jsonl"
     assert (

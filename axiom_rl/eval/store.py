@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..io import ensure_dir
 from ..types import Problem
 
 APP_ID = 0x61786D72  # "axmr": SQLite's application_id header field marks our databases
@@ -95,15 +96,18 @@ class ResultsDB:
                 or int.from_bytes(header[68:72], "big") != APP_ID
             ):
                 raise UserError(f"{path} exists and is not an axiom-rl results database; choose another --db")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(self.path, timeout=30)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        if not existed:
-            with self.conn:
-                self.conn.execute(f"PRAGMA application_id={APP_ID}")
-                self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                self.conn.executescript(SCHEMA)
+        ensure_dir(self.path.parent)
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=30)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            if not existed:
+                with self.conn:
+                    self.conn.execute(f"PRAGMA application_id={APP_ID}")
+                    self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    self.conn.executescript(SCHEMA)
+        except sqlite3.OperationalError as e:  # a place it cannot be created, a read-only file
+            raise UserError(f"cannot open database {path}: {e}") from None
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             raise UserError(

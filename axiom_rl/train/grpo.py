@@ -41,6 +41,7 @@ from ..algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages,
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, save_config
 from ..errors import UserError, choose
+from ..io import ensure_dir
 from ..models.load import MODEL_CARD, Policy, check_model_spec, load_policy, read_model_card, resolve_device
 from ..rewards import compute_reward, parse_reward_specs
 from ..rollout import BACKENDS, Rollout, get_backend
@@ -155,7 +156,7 @@ def prepare_run_dir(cfg: TrainConfig, create: bool = True) -> tuple[Path, Path |
             f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
         )
     if create:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(run_dir)
     return run_dir, None
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..io import write_text_atomic
+from ..io import ensure_dir, write_text_atomic
 
 
 def _truncate_jsonl(path: Path, last_step: int) -> None:
@@ -37,7 +37,7 @@ def _jsonable(value: Any) -> Any:
 class RunLog:
     def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True) -> None:
         self.dir = Path(run_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir)
         if resume_step is not None:
             for name in ("metrics.jsonl", "samples.jsonl"):
                 _truncate_jsonl(self.dir / name, resume_step)

@@ -21,6 +21,7 @@ import torch
 
 from ..config import SFTConfig, save_config
 from ..errors import UserError, choose
+from ..io import ensure_dir
 from ..models.load import check_model_spec, load_policy
 from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
@@ -100,7 +101,7 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
     run_dir = Path(cfg.output_dir)
     if (run_dir / "config.json").exists():
         raise UserError(f"{run_dir} already holds a run; choose another --output-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(run_dir)
     save_config(cfg, run_dir / "config.json")
     torch.manual_seed(cfg.seed)
     policy = load_policy(
