@@ -133,7 +133,7 @@ class TrainConfig:
     save_every: int = 10
     """Write a checkpoint every this many steps (and at the end; 0: only at the end)."""
     keep_checkpoints: int = 2
-    """Checkpoints kept on disk (older ones are deleted)."""
+    """Checkpoints kept on disk (older ones are deleted; 0 keeps them all)."""
     resume: bool = False
     """Continue from the newest checkpoint in output_dir."""
     samples_per_step: int = 2

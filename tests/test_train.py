@@ -18,6 +18,7 @@ import torch
 
 from axiom_rl.algorithms import ADVANTAGES, LOSSES, register_loss
 from axiom_rl.algorithms.losses import clipped_surrogate_loss
+from axiom_rl.cli import main
 from axiom_rl.config import TrainConfig
 from axiom_rl.errors import UserError
 from axiom_rl.io import current_umask
@@ -317,6 +318,48 @@ def test_bad_input_is_one_line_before_anything_loads(tmp_path, args, message):
     assert len(proc.stderr.strip().splitlines()) == 1
     assert time.monotonic() - start < 20
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "command, args, message",
+    [
+        ("train", ["--dtype", "bf17"], "unknown dtype 'bf17'"),
+        ("train", ["--finetune", "partial"], "finetune must be lora, full or auto"),
+        ("train", ["--lr", "nan"], "lr must be a number > 0, got nan"),
+        ("train", ["--weight-decay", "-1"], "weight_decay must be a number >= 0"),
+        ("train", ["--temperature", "nan"], "temperature must be a number >= 0"),
+        ("train", ["--top-p", "2"], "top_p must be in (0, 1]"),
+        ("train", ["--beta", "inf"], "beta must be a number >= 0"),
+        ("train", ["--lora-r", "0"], "lora_r must be a number >= 1"),
+        ("train", ["--lora-dropout", "1"], "lora_dropout must be below 1"),
+        ("train", ["--verify-timeout", "0"], "verify_timeout must be a number > 0"),
+        ("train", ["--max-seconds", "-5"], "max_seconds must be a number >= 0"),
+        ("train", ["--min-completion-length", "64", "--max-completion-length", "32"], "exceeds max_completion_length"),
+        ("sft", ["--dtype", "bf17"], "unknown dtype 'bf17'"),
+        ("sft", ["--lr", "inf"], "lr must be a number > 0, got inf"),
+        ("sft", ["--warmup-steps", "-1"], "warmup_steps must be a number >= 0"),
+    ],
+)  # fmt: skip
+def test_bad_options_stop_before_the_run_directory_is_made(capsys, tmp_path, command, args, message):
+    """A typo must not leave a run directory behind: it would block the corrected command
+    ("already holds a run")."""
+    code = main([command, "--model", "tiny", "--output-dir", str(tmp_path / "r"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--top-p", "2"], "top_p must be in (0, 1]"), (["--dtype", "bf17"], "unknown dtype 'bf17'")],
+)
+def test_eval_checks_its_options_before_it_starts(capsys, tmp_path, args, message):
+    db = tmp_path / "e.sqlite"
+    code = main(["eval", "--model", "tiny", "--task", "lcs", "--count", "1", "--db", str(db), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not db.exists()
 
 
 def test_seed_flag_names_and_yaml_with_overrides(tmp_path):

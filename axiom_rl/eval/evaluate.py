@@ -17,7 +17,7 @@ import torch
 
 from ..config import EvalConfig
 from ..errors import UserError, choose
-from ..models.load import check_model_spec, load_for_inference
+from ..models.load import check_load_options, check_model_spec, load_for_inference
 from ..rewards import compute_reward
 from ..rollout import get_backend
 from ..sandbox import Sandbox
@@ -31,7 +31,7 @@ from .store import Attempt, ResultsDB, Run
 
 
 def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
-    from ..train.grpo import parse_difficulty
+    from ..train.grpo import check_sampling, parse_difficulty
 
     tasks = parse_task_list(cfg.tasks)
     diffs = parse_difficulty(cfg.difficulty)
@@ -42,8 +42,8 @@ def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     if cfg.count < 1 or cfg.samples < 1 or cfg.batch_size < 1 or cfg.max_completion_length < 1:
         raise UserError("count, samples, batch_size and max_completion_length must be >= 1")
-    if cfg.temperature < 0:
-        raise UserError(f"temperature must be >= 0, got {cfg.temperature}")
+    check_sampling(cfg.temperature, cfg.top_p)
+    check_load_options(cfg.dtype)
     if cfg.temperature == 0 and cfg.samples != 1:
         raise UserError("greedy decoding (temperature 0) gives one completion per problem: use --samples 1")
     check_model_spec(cfg.model, cfg.tiny_size)

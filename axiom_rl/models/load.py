@@ -22,6 +22,7 @@ from .activation_memory import lean_mlp_activations
 from .tiny import TINY_SIZES, build_tiny_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FINETUNE_MODES = ("auto", "lora", "full")
 LORA_AUTO_PARAMS = 100_000_000  # finetune=auto uses LoRA above this many parameters
 
 
@@ -37,13 +38,20 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+def check_load_options(dtype: str, finetune: str = "auto") -> None:
+    """The loading options that are names, checked before anything is written or loaded."""
+    if dtype != "auto" and dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; choose from: auto, {', '.join(DTYPES)}")
+    if finetune not in FINETUNE_MODES:
+        raise UserError(f"finetune must be lora, full or auto, got {finetune!r}")
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    check_load_options(dtype)
     if dtype == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return torch.float32
-    if dtype not in DTYPES:
-        raise UserError(f"unknown dtype {dtype!r}; choose from: auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
 
 
@@ -195,8 +203,7 @@ def load_policy(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     check_model_spec(model, tiny_size)
-    if finetune not in ("auto", "lora", "full"):
-        raise UserError(f"finetune must be lora, full or auto, got {finetune!r}")
+    check_load_options(dtype, finetune)
     net, tok = load_model_and_tokenizer(model, torch_dtype, tiny_size, seed)
     # auto: LoRA where it pays (large models); small ones train fully.
     use_lora = finetune == "lora" or (

@@ -42,7 +42,15 @@ from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, save_config
 from ..errors import UserError, choose
 from ..io import ensure_dir
-from ..models.load import MODEL_CARD, Policy, check_model_spec, load_policy, read_model_card, resolve_device
+from ..models.load import (
+    MODEL_CARD,
+    Policy,
+    check_load_options,
+    check_model_spec,
+    load_policy,
+    read_model_card,
+    resolve_device,
+)
 from ..rewards import compute_reward, parse_reward_specs
 from ..rollout import BACKENDS, Rollout, get_backend
 from ..sandbox import Sandbox
@@ -115,8 +123,28 @@ def plan_run(cfg: TrainConfig) -> Plan:
             raise UserError(f"{name} must be >= {low}, got {value}")
     if cfg.gradient_accumulation_steps > cfg.prompts_per_step * cfg.num_generations:
         raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
-    if cfg.lr <= 0 or cfg.temperature < 0 or not 0 < cfg.top_p <= 1 or cfg.beta < 0 or cfg.clip_eps <= 0:
-        raise UserError("lr and clip_eps must be > 0, temperature and beta >= 0, top_p in (0, 1]")
+    check_training_options(cfg)
+    check_sampling(cfg.temperature, cfg.top_p)
+    at_least(
+        ("beta", cfg.beta, 0.0),
+        ("min_completion_length", cfg.min_completion_length, 0),
+        ("dynamic_sampling_rounds", cfg.dynamic_sampling_rounds, 0),
+        ("save_every", cfg.save_every, 0),
+        ("keep_checkpoints", cfg.keep_checkpoints, 0),
+        ("samples_per_step", cfg.samples_per_step, 0),
+        ("max_bad_steps", cfg.max_bad_steps, 1),
+        ("verify_workers", cfg.verify_workers or 1, 1),
+    )
+    positive(
+        ("clip_eps", cfg.clip_eps),
+        ("clip_eps_high", cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high),
+        ("verify_timeout", 1.0 if cfg.verify_timeout is None else cfg.verify_timeout),
+    )
+    if cfg.min_completion_length > cfg.max_completion_length:
+        raise UserError(
+            f"min_completion_length ({cfg.min_completion_length}) exceeds max_completion_length "
+            f"({cfg.max_completion_length})"
+        )
     accepted = set(inspect.signature(ADVANTAGES[cfg.advantage]).parameters) - {
         "rewards",
         "group_size",
@@ -375,6 +403,44 @@ def optimizer_step(
         "time_backward_s": time_backward,
         **totals,
     }
+
+
+def at_least(*checks: tuple[str, float, float]) -> None:
+    """Each (name, value, lowest allowed): a finite number no lower, else a one-line UserError
+    (written so that NaN fails too: every comparison with NaN is False)."""
+    for name, value, low in checks:
+        if not (math.isfinite(value) and value >= low):
+            raise UserError(f"{name} must be a number >= {low:g}, got {value}")
+
+
+def positive(*checks: tuple[str, float]) -> None:
+    """Each (name, value): a finite number above 0, else a one-line UserError."""
+    for name, value in checks:
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"{name} must be a number > 0, got {value}")
+
+
+def check_sampling(temperature: float, top_p: float) -> None:
+    at_least(("temperature", temperature, 0.0))
+    if not 0 < top_p <= 1:
+        raise UserError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def check_training_options(cfg: Any) -> None:
+    """What SFT and GRPO share: model loading and AdamW's numbers, checked before anything is
+    written (a run directory left behind by a typo would block the corrected command)."""
+    check_load_options(cfg.dtype, cfg.finetune)
+    positive(("lr", cfg.lr), ("lora_alpha", cfg.lora_alpha))
+    at_least(
+        ("weight_decay", cfg.weight_decay, 0.0),
+        ("max_grad_norm", cfg.max_grad_norm, 0.0),
+        ("warmup_steps", cfg.warmup_steps, 0),
+        ("max_seconds", cfg.max_seconds, 0.0),
+        ("lora_r", cfg.lora_r, 1),
+        ("lora_dropout", cfg.lora_dropout, 0.0),
+    )
+    if cfg.lora_dropout >= 1:
+        raise UserError(f"lora_dropout must be below 1, got {cfg.lora_dropout}")
 
 
 def make_optimizer(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
