@@ -311,18 +311,25 @@ def resolve_config(
     """Defaults <- the resumed run's saved config <- YAML <- command line."""
     from pathlib import Path
 
-    from .config import build_config, load_yaml
+    from .config import build_config, coerce, load_yaml
 
     merged: dict[str, Any] = {}
     from_yaml = load_yaml(config_path) if config_path else {}
-    if overrides.get(resume_key) or from_yaml.get(resume_key):
+    # The command line wins over the YAML file here too (resume: true in YAML, --no-resume given).
+    if coerce(cls, resume_key, overrides.get(resume_key, from_yaml.get(resume_key, False))):
         out_dir = overrides.get("output_dir") or from_yaml.get("output_dir")
         saved = Path(out_dir) / "config.json" if out_dir else None
         if saved is None or not saved.exists():
             raise UserError(
                 f"--resume needs --output-dir of an existing run (no {saved or 'output dir given'})"
             )
-        merged.update(json.loads(saved.read_text()))
+        try:
+            saved_config = json.loads(saved.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UserError(f"{saved} is not a readable run config ({e}); cannot resume from it") from None
+        if not isinstance(saved_config, dict):
+            raise UserError(f"{saved} is not a readable run config; cannot resume from it")
+        merged.update(saved_config)
     merged.update(from_yaml)
     merged.update(overrides)
     return build_config(cls, None, merged)

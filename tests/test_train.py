@@ -18,7 +18,7 @@ import torch
 
 from axiom_rl.algorithms import ADVANTAGES, LOSSES, register_loss
 from axiom_rl.algorithms.losses import clipped_surrogate_loss
-from axiom_rl.cli import main
+from axiom_rl.cli import main, resolve_config
 from axiom_rl.config import TrainConfig
 from axiom_rl.errors import UserError
 from axiom_rl.io import current_umask
@@ -360,6 +360,22 @@ def test_eval_checks_its_options_before_it_starts(capsys, tmp_path, args, messag
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not db.exists()
+
+
+def test_resume_settings_are_checked_and_the_command_line_wins(capsys, tmp_path):
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(f"resume: maybe\noutput_dir: {tmp_path / 'r'}\n")
+    assert main(["train", "--config", str(yaml_file)]) == 2
+    assert "resume: expected bool, got 'maybe'" in capsys.readouterr().err
+    # resume: true in the YAML file, --no-resume on the command line: a fresh run, nothing to find
+    yaml_file.write_text(f"resume: true\noutput_dir: {tmp_path / 'r'}\n")
+    assert resolve_config(TrainConfig, str(yaml_file), {"resume": False}).resume is False
+    with pytest.raises(UserError, match="needs --output-dir of an existing run"):
+        resolve_config(TrainConfig, str(yaml_file), {})
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.json").write_text("{truncated")
+    assert main(["train", "--resume", "--output-dir", str(tmp_path / "r")]) == 2
+    assert "config.json is not a readable run config" in capsys.readouterr().err
 
 
 def test_seed_flag_names_and_yaml_with_overrides(tmp_path):
