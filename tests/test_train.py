@@ -378,6 +378,23 @@ def test_resume_settings_are_checked_and_the_command_line_wins(capsys, tmp_path)
     assert "config.json is not a readable run config" in capsys.readouterr().err
 
 
+def test_a_damaged_checkpoint_is_named_with_the_way_out(capsys, tmp_path):
+    run = tmp_path / "r"
+    args = ["train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--prompts-per-step", "1",
+            "--num-generations", "2", "--max-completion-length", "8", "--save-every", "1", "--output-dir", str(run)]  # fmt: skip
+    assert main([*args, "--steps", "2"]) == 0
+    (run / "checkpoints/step-2/optimizer.pt").write_bytes(b"truncated")
+    capsys.readouterr()
+    assert main(["train", "--resume", "--output-dir", str(run), "--steps", "3"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar's line
+    assert last.startswith("axiom-rl: error: cannot resume from") and "step-2" in last, last
+    assert last.endswith("move it aside to resume from step-1")
+    (run / "checkpoints/step-2").rename(run / "step-2.damaged")  # what the message says to do
+    assert main(["train", "--resume", "--output-dir", str(run), "--steps", "3"]) == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
 def test_seed_flag_names_and_yaml_with_overrides(tmp_path):
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text(

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ..io import atomic_directory
 
 CHECKPOINT_DIR = "checkpoints"
@@ -113,12 +114,24 @@ def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
 def load_checkpoint(
     path: Path, model: Any, optimizer: Any, scheduler: Any, lora: bool, rank: int = 0
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and this rank's RNG; return the trainer state."""
-    load_model_weights(model, path / "model", lora)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    ranks = torch.load(path / "rng.pt", weights_only=False)["ranks"]
-    if rank >= len(ranks):
-        raise RuntimeError(f"checkpoint {path} was written by {len(ranks)} process(es); resume with as many")
-    set_rng_state(ranks[rank])
-    return json.loads((path / "trainer_state.json").read_text())
+    """Restore model, optimizer, scheduler and this rank's RNG; return the trainer state.
+
+    A checkpoint that cannot be read (damaged, edited, from another model or process count) is a
+    UserError naming it and what to do, not a traceback from deep inside torch."""
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())  # first: the cheapest to find damaged
+        load_model_weights(model, path / "model", lora)
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+        ranks = torch.load(path / "rng.pt", weights_only=False)["ranks"]
+        if rank >= len(ranks):
+            raise UserError(f"checkpoint {path} was written by {len(ranks)} process(es); resume with as many")
+        set_rng_state(ranks[rank])
+    except UserError:
+        raise
+    except Exception as e:  # torch, safetensors and pickle raise many kinds
+        older = [p for _, p in checkpoints(path.parent.parent) if p != path]
+        hint = f"; move it aside to resume from {older[-1].name}" if older else ""
+        why = " ".join(str(e).split())[:300] or type(e).__name__
+        raise UserError(f"cannot resume from {path}: {why}{hint}") from e
+    return state
