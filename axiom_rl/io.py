@@ -80,7 +80,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[TextI
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty temporary sibling of directory `path` to fill; on success its files are
-    flushed to disk and it takes `path`'s place. On failure it is removed and `path`, if it
+    flushed to disk, given the umask's permissions, and it takes `path`'s place. On failure it is removed and `path`, if it
     existed, is left as it was. An existing `path` is renamed aside first and deleted only once
     the new one is in place.
     """
@@ -95,11 +95,15 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     old: Path | None = None
     try:
         yield tmp
+        umask = current_umask()
         for f in tmp.rglob("*"):
             if f.is_file():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
-        tmp.chmod(0o777 & ~current_umask())
+            # Every entry as open() and mkdir() would make it: safetensors, for one, writes 0600.
+            if not f.is_symlink():
+                f.chmod((0o777 if f.is_dir() else 0o666) & ~umask)
+        tmp.chmod(0o777 & ~umask)
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, old)  # a directory may be renamed over an empty one

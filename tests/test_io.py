@@ -56,8 +56,12 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
 def test_a_new_directory_gets_the_umask_permissions(tmp_path, umask_027):
     with atomic_directory(tmp_path / "model") as tmp:
         (tmp / "weights.bin").write_bytes(b"w")
+        (tmp / "weights.bin").chmod(0o600)  # as safetensors leaves its files
+        (tmp / "sub").mkdir(mode=0o700)
     assert (tmp_path / "model" / "weights.bin").read_bytes() == b"w"
     assert mode(tmp_path / "model") == 0o750
+    assert mode(tmp_path / "model" / "weights.bin") == 0o640
+    assert mode(tmp_path / "model" / "sub") == 0o750
     assert os.listdir(tmp_path) == ["model"]
 
 

@@ -111,7 +111,13 @@ def test_countdown_on_cpu_in_under_a_minute(tmp_path):
     # What the run writes has the permissions of the umask, like any file the user makes: a
     # teammate can read the model and the config (the temporaries they pass through are 0600/0700).
     umask = current_umask()
-    for name, default in (("config.json", 0o666), ("final_model", 0o777), ("checkpoints/step-3", 0o777)):
+    for name, default in (
+        ("config.json", 0o666),
+        ("final_model", 0o777),
+        ("final_model/model.safetensors", 0o666),
+        ("checkpoints/step-3", 0o777),
+        ("checkpoints/step-3/optimizer.pt", 0o666),
+    ):
         assert stat.S_IMODE((run / name).stat().st_mode) == default & ~umask, name
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
