@@ -110,7 +110,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
     choose("krpo key", cfg.krpo_key, ("problem", "task"))
-    for name, value, low in (
+    at_least(
         ("steps", cfg.steps, 1),
         ("prompts_per_step", cfg.prompts_per_step, 1),
         ("num_generations", cfg.num_generations, 2),
@@ -118,14 +118,6 @@ def plan_run(cfg: TrainConfig) -> Plan:
         ("max_prompt_length", cfg.max_prompt_length, 1),
         ("num_iterations", cfg.num_iterations, 1),
         ("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1),
-    ):
-        if value < low:
-            raise UserError(f"{name} must be >= {low}, got {value}")
-    if cfg.gradient_accumulation_steps > cfg.prompts_per_step * cfg.num_generations:
-        raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
-    check_training_options(cfg)
-    check_sampling(cfg.temperature, cfg.top_p)
-    at_least(
         ("beta", cfg.beta, 0.0),
         ("min_completion_length", cfg.min_completion_length, 0),
         ("dynamic_sampling_rounds", cfg.dynamic_sampling_rounds, 0),
@@ -135,6 +127,10 @@ def plan_run(cfg: TrainConfig) -> Plan:
         ("max_bad_steps", cfg.max_bad_steps, 1),
         ("verify_workers", cfg.verify_workers or 1, 1),
     )
+    if cfg.gradient_accumulation_steps > cfg.prompts_per_step * cfg.num_generations:
+        raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
+    check_training_options(cfg)
+    check_sampling(cfg.temperature, cfg.top_p)
     positive(
         ("clip_eps", cfg.clip_eps),
         ("clip_eps_high", cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high),
@@ -410,14 +406,14 @@ def at_least(*checks: tuple[str, float, float]) -> None:
     (written so that NaN fails too: every comparison with NaN is False)."""
     for name, value, low in checks:
         if not (math.isfinite(value) and value >= low):
-            raise UserError(f"{name} must be a number >= {low:g}, got {value}")
+            raise UserError(f"{name} must be >= {low:g}, got {value}")
 
 
 def positive(*checks: tuple[str, float]) -> None:
     """Each (name, value): a finite number above 0, else a one-line UserError."""
     for name, value in checks:
         if not (math.isfinite(value) and value > 0):
-            raise UserError(f"{name} must be a number > 0, got {value}")
+            raise UserError(f"{name} must be > 0, got {value}")
 
 
 def check_sampling(temperature: float, top_p: float) -> None:
