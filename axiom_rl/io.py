@@ -35,8 +35,9 @@ def ensure_dir(path: str | os.PathLike[str], exist_ok: bool = True) -> Path:
 
 
 def current_umask() -> int:
-    """The process's umask, read without changing it (os.umask can only set it, which would race
-    with other threads creating files); falls back to setting it back at once elsewhere."""
+    """The process's umask, read from /proc without changing it: os.umask can only read it by
+    setting it, which races with other threads creating files. Without /proc it does that, and
+    puts the old value back at once."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
