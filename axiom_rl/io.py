@@ -56,15 +56,21 @@ def _final_mode(path: Path, default: int) -> int:
         return default & ~current_umask()
 
 
+def _temporary_sibling(path: Path, make: Any) -> Any:
+    """`make` (tempfile.mkstemp or mkdtemp) of a hidden temporary next to `path`, in the same
+    directory so that the final rename stays on one file system."""
+    ensure_dir(path.parent)
+    try:
+        return make(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[TextIO]:
     """Open a temporary sibling of `path` for writing; rename it over `path` on success."""
     path = Path(path)
-    ensure_dir(path.parent)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    fd, tmp = _temporary_sibling(path, tempfile.mkstemp)
     try:
         os.fchmod(fd, _final_mode(path, 0o666))
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
@@ -81,18 +87,14 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[TextI
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty temporary sibling of directory `path` to fill; on success its files are
-    flushed to disk, given the umask's permissions, and it takes `path`'s place. On failure it is removed and `path`, if it
-    existed, is left as it was. An existing `path` is renamed aside first and deleted only once
-    the new one is in place.
+    flushed to disk, given the umask's permissions, and it takes `path`'s place. On failure it
+    is removed and `path`, if it existed, is left as it was. An existing `path` is renamed aside
+    first and deleted only once the new one is in place.
     """
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise UserError(f"{path} exists and is not a directory")
-    ensure_dir(path.parent)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    tmp = Path(_temporary_sibling(path, tempfile.mkdtemp))
     old: Path | None = None
     try:
         yield tmp

@@ -31,7 +31,7 @@ from .store import Attempt, ResultsDB, Run
 
 
 def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
-    from ..train.grpo import check_sampling, parse_difficulty
+    from ..train.grpo import at_least, check_sampling, parse_difficulty
 
     tasks = parse_task_list(cfg.tasks)
     diffs = parse_difficulty(cfg.difficulty)
@@ -40,8 +40,12 @@ def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
             check_difficulty(get_task(t), d)
     choose("split", cfg.split, SPLITS)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
-    if cfg.count < 1 or cfg.samples < 1 or cfg.batch_size < 1 or cfg.max_completion_length < 1:
-        raise UserError("count, samples, batch_size and max_completion_length must be >= 1")
+    at_least(
+        ("count", cfg.count, 1),
+        ("samples", cfg.samples, 1),
+        ("batch_size", cfg.batch_size, 1),
+        ("max_completion_length", cfg.max_completion_length, 1),
+    )
     check_sampling(cfg.temperature, cfg.top_p)
     check_load_options(cfg.dtype)
     if cfg.temperature == 0 and cfg.samples != 1:

@@ -76,9 +76,7 @@ def save_checkpoint(
     rng_states: list[dict[str, Any]] | None = None,
 ) -> Path:
     """`rng_states`: one per rank (default: this process's)."""
-    root = Path(run_dir) / CHECKPOINT_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step}"
+    final = Path(run_dir) / CHECKPOINT_DIR / f"step-{step}"  # atomic_directory makes its parents
     quiet_saving()
     with atomic_directory(final) as tmp:
         model.save_pretrained(tmp / "model", safe_serialization=True)

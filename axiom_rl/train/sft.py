@@ -78,15 +78,14 @@ def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tup
 
 
 def check_sft_config(cfg: SFTConfig) -> str:
-    from .grpo import check_training_options, parse_difficulty, resolve_prompt_style
+    from .grpo import at_least, check_training_options, parse_difficulty, resolve_prompt_style
 
     for t in parse_task_list(cfg.tasks):
         for d in parse_difficulty(cfg.difficulty):
             check_difficulty(get_task(t), d)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
-    if cfg.steps < 1 or cfg.batch_size < 1:
-        raise UserError("steps and batch_size must be >= 1")
+    at_least(("steps", cfg.steps, 1), ("batch_size", cfg.batch_size, 1))
     check_training_options(cfg)
     return resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
 
