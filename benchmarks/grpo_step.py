@@ -68,6 +68,7 @@ class Setup:
     dtype: str = "fp32"
     lr: float = 1e-5
     gradient_checkpointing: bool = False  # TRL's GRPOConfig defaults to True: set on both sides alike
+    micro_batches: int = 1  # gradient accumulation over the step's rows, alike on both sides (memory)
 
 
 CONFIGS = {
@@ -75,8 +76,13 @@ CONFIGS = {
     "lora": Setup("LoRA r16, fp32, 4x4, 64 tokens, beta 0.04", finetune="lora"),
     "rollout-heavy": Setup("rollout-heavy: full, 8x8, 256 tokens", prompts=8, generations=8, completion=256),
     # Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV, intermediate 4864).
+    # Its training passes go in 2 micro-batches of 32 rows on both sides: one batch of 64 x ~570
+    # tokens would hold ~50 GB of activations, too close to an 80 GB card.
     "gpu-0.5b": Setup(
-        "0.5B-sized Qwen2, bf16, full, 8x8, 512 tokens", 896, 24, 14, 2, 4864, 8, 8, 512, dtype="bf16"
+        "0.5B-sized Qwen2, bf16, full, 8x8, 512 tokens, 2 micro-batches",
+        *(896, 24, 14, 2, 4864, 8, 8, 512),
+        dtype="bf16",
+        micro_batches=2,
     ),
 }
 
@@ -88,6 +94,7 @@ ABLATIONS = {
     "default-malloc": ("glibc's default malloc settings, not keep_freed_memory", {}),
     "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
     "autograd-mlp": ("autograd's gated MLP, keeping silu(gate) for backward", {}),
+    "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
 }
 
 
@@ -105,6 +112,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.models import load
 
         load.lean_mlp_activations = lambda model: 0
+    elif ablation == "eager-decode":
+        from axiom_rl.rollout.fast import FastBackend
+
+        FastBackend.decode = "eager"
     elif ablation == "unfused-adamw":
         grpo.make_optimizer = lambda params, lr, wd: torch.optim.AdamW(params, lr=lr, weight_decay=wd)
     return ABLATIONS[ablation][1]
@@ -173,6 +184,27 @@ def best_seconds(fn: Callable[[], object], device: str, runs: int) -> float:
     return min(times)
 
 
+def kernel_seconds(fn: Callable[[], object], device: str, runs: int) -> float:
+    """Like best_seconds, but on a GPU the time of the kernel alone: 20 calls captured in a CUDA
+    graph and replayed, so no launch or synchronisation is counted (small matmuls take a few
+    microseconds, less than launching them)."""
+    if device == "cpu":
+        return best_seconds(fn, device, runs)
+    import torch
+
+    reps = 20
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    return best_seconds(graph.replay, device, runs) / reps
+
+
 def matmul_flops(device: str, dtype: str) -> float:
     """FLOP/s of a large square matmul on this device (the best of 7 after a warm-up: the floor is
     what the hardware allows, not what a noisy moment gave)."""
@@ -185,12 +217,29 @@ def matmul_flops(device: str, dtype: str) -> float:
     return 2 * size**3 / best_seconds(lambda: (a @ b).sum().item(), device, runs=7)
 
 
-def step_flops(setup: Setup, prompt_len: int) -> float:
-    """Training FLOPs of one step: rollout, reference forward, policy forward and backward.
+def memory_bandwidth(device: str) -> float:
+    """Bytes/s of a large device-to-device copy, counting bytes read and written (best of 7)."""
+    import torch
+
+    n = 2**30 if device != "cpu" else 2**28  # bytes per buffer
+    a = torch.empty(n, dtype=torch.uint8, device=device).random_()
+    b = torch.empty_like(a)
+    return 2 * n / best_seconds(lambda: b.copy_(a), device, runs=7)
+
+
+# Bytes per element of each Setup.dtype.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def step_work(setup: Setup, prompt_len: int) -> dict[str, tuple[float, float]]:
+    """Work of one step by phase -- generation (prefill and decode), reference forward, policy
+    forward, backward -- as (FLOPs, bytes of memory the phase must at least read).
 
     Linear layers cost 2 x params x tokens per forward (the backward twice that); attention adds
     4 x layers x hidden x context per token. Logits are only needed for completion positions;
-    generation prefills each prompt once and decodes every row token by token.
+    generation prefills each prompt once and decodes every row token by token. Bytes: every pass
+    reads the weights once; every decode step reads them again and the KV cache written so far
+    (which is what bounds decoding on a GPU). Activations and the optimizer are left out.
     """
     d, L = setup.hidden, setup.layers
     kv = setup.kv_heads * (d // setup.heads)
@@ -198,15 +247,39 @@ def step_flops(setup: Setup, prompt_len: int) -> float:
     vocab = vocab_size()
     body = L * per_layer
     rows, p, t = setup.prompts * setup.generations, prompt_len, setup.completion
+    size = DTYPE_BYTES[setup.dtype]
+    weights = (body + d * vocab) * size
 
     def attention(tokens: int, context: float) -> float:
         return 4 * L * d * context * tokens
 
-    gen = 2 * body * setup.prompts * p + attention(setup.prompts * p, p / 2)  # prefill, once per prompt
-    gen += rows * t * (2 * (body + d * vocab)) + attention(rows * t, p + t / 2)  # decode
+    prefill = 2 * body * setup.prompts * p + attention(setup.prompts * p, p / 2)  # once per prompt
+    decode = rows * t * (2 * (body + d * vocab)) + attention(rows * t, p + t / 2)
+    kv_read = t * L * rows * 2 * kv * (p + t / 2) * size  # K and V of every position so far, per step
     fwd = rows * (p + t) * 2 * body + rows * t * 2 * d * vocab + attention(rows * (p + t), (p + t) / 2)
-    ref = fwd if setup.beta else 0.0
-    return gen + ref + fwd + 2 * fwd
+    return {
+        "prefill": (prefill, weights),
+        "decode": (decode, t * weights + kv_read),
+        "reference": (fwd, weights) if setup.beta else (0.0, 0.0),
+        "forward": (fwd, weights),
+        "backward": (2 * fwd, 2 * weights),
+    }
+
+
+def step_flops(setup: Setup, prompt_len: int) -> float:
+    """Training FLOPs of one step: rollout, reference forward, policy forward and backward."""
+    return sum(flops for flops, _ in step_work(setup, prompt_len).values())
+
+
+def floor_seconds(setup: Setup, prompt_len: int, rate: float, bandwidth: float | None) -> float:
+    """The fastest a step can be: each phase at the measured matmul rate or, when `bandwidth` is
+    given (on a GPU), no faster than reading its bytes at that rate either -- whichever is slower.
+    Decode steps are alike, so taking the larger of the decode phase's two totals is taking it
+    per step."""
+    return sum(
+        max(flops / rate, bytes_ / bandwidth if bandwidth else 0.0)
+        for flops, bytes_ in step_work(setup, prompt_len).values()
+    )
 
 
 def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]:
@@ -243,7 +316,7 @@ def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]
             else:  # grad of the weight: [n, m] x [m, k]
                 a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(m, k, device=device, dtype=dt)
                 fn = lambda: a.t() @ b  # noqa: E731
-            cache[key] = best_seconds(fn, device, runs=5)
+            cache[key] = kernel_seconds(fn, device, runs=5)
         return cache[key]
 
     def forward(m: int, logits_rows: int) -> float:
@@ -255,13 +328,14 @@ def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]
 
     rows, t = setup.prompts * setup.generations, setup.completion
     gen = forward(setup.prompts * prompt_len, setup.prompts) + (t - 1) * forward(rows, rows)
-    train_rows = rows * (prompt_len + t)
-    fwd = forward(train_rows, rows * t)
+    parts = setup.micro_batches  # the training passes run micro-batch by micro-batch
+    train_rows = rows * (prompt_len + t) // parts
+    fwd = parts * forward(train_rows, rows * t // parts)
     return {
         "generation": gen,
         "reference": fwd if setup.beta else 0.0,
         "forward": fwd,
-        "backward": backward(train_rows, rows * t),
+        "backward": parts * backward(train_rows, rows * t // parts),
     }
 
 
@@ -284,6 +358,7 @@ def run_axiom(
         num_generations=setup.generations, max_completion_length=setup.completion,
         min_completion_length=setup.completion, beta=setup.beta, loss_type="grpo", lr=setup.lr,
         temperature=1.0, output_dir=str(out), save_every=0, seed=0, gradient_checkpointing=setup.gradient_checkpointing,
+        gradient_accumulation_steps=setup.micro_batches,
         **overrides,
     )  # fmt: skip
     result = train(
@@ -336,7 +411,8 @@ def run_trl(
             r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
         )
     args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=setup.prompts * setup.generations,
+        output_dir=str(out), per_device_train_batch_size=setup.prompts * setup.generations // setup.micro_batches,
+        gradient_accumulation_steps=setup.micro_batches,  # generation still covers the whole step
         num_generations=setup.generations, max_completion_length=setup.completion,
         generation_kwargs={"min_new_tokens": setup.completion}, beta=setup.beta, loss_type="grpo",
         use_bias_correction_kl=False, learning_rate=setup.lr, max_steps=steps, logging_steps=1, report_to=[],
@@ -432,6 +508,10 @@ def run_side(side: str, setup: Setup, model_dir: Path, args: argparse.Namespace)
     return json.loads(line[len("RESULT ") :])
 
 
+def label_of(side: str) -> str:
+    return {"axiom": "axiom-rl", "trl": "TRL"}.get(side, side.replace("axiom:", "  - "))
+
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -503,23 +583,29 @@ def main() -> None:
             params = build_model_dir(setup, Path(tmp))
             prompt_len = statistics.mean(len(p) for p in prompts(setup.prompts))  # one token per character
             rate = matmul_flops(args.device, setup.dtype)
-            floor = step_flops(setup, prompt_len) / rate
+            # The CPU floor is FLOPs alone (the issue's definition); a GPU's decode is bound by memory.
+            bandwidth = memory_bandwidth(args.device) if args.device != "cpu" else None
+            floor = floor_seconds(setup, prompt_len, rate, bandwidth)
             bound = matmul_bound(setup, round(prompt_len), args.device)
             order = ["axiom", "trl"] + [f"axiom:{a}" for a in ablations]
             sides: dict[str, dict[str, list[float]]] = {side: {} for side in order}
             peaks: dict[str, list[float]] = {side: [] for side in order}
-            for _ in range(args.rounds):
+            for round_ in range(args.rounds):
                 for side in order:
                     r = run_side(side, setup, Path(tmp), args)
                     for k in ("step_s", "generation_s", "reference_s", "forward_s", "backward_s", "tokens"):
                         sides[side].setdefault(k, []).extend(r[k])
                     peaks[side].append(r["peak_mb"])
+                    # As each round ends, so that a run cut short still shows what it measured.
+                    print(f"   {name} round {round_ + 1}/{args.rounds} {label_of(side)}: {med(r['step_s']):.3f} s/step "
+                          f"(generation {med(r['generation_s']):.3f} s), peak {r['peak_mb']:.0f} MB", flush=True)  # fmt: skip
         checkpointing = "on" if setup.gradient_checkpointing else "off"
         print(
             f"== {name}: {setup.name}; {params / 1e6:.2f}M parameters; gradient checkpointing {checkpointing} on both sides"
         )
+        memory = f", or its bytes at a measured {bandwidth / 1e9:.0f} GB/s where slower" if bandwidth else ""
         print(
-            f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s)"
+            f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s{memory})"
         )
         matmuls_s = sum(bound.values())
         print(
@@ -533,7 +619,7 @@ def main() -> None:
         )
         steps_med = {}
         for side in order:
-            label = {"axiom": "axiom-rl", "trl": "TRL"}.get(side, side.replace("axiom:", "  - "))
+            label = label_of(side)
             s = sides[side]
             steps_med[side] = med(s["step_s"])
             gen_rate = sum(s["tokens"]) / sum(s["generation_s"]) if sum(s["generation_s"]) else float("nan")

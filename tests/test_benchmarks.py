@@ -38,3 +38,18 @@ def test_step_flops_grow_with_the_work(grpo_step):
     flops = grpo_step.step_flops(full, 30)
     assert grpo_step.step_flops(replace(full, completion=128), 30) > flops
     assert grpo_step.step_flops(replace(full, beta=0.0), 30) < flops  # no reference forward
+
+
+def test_floor_is_the_slower_of_compute_and_memory(grpo_step):
+    full = grpo_step.CONFIGS["full"]
+    rate = 1e11
+    compute = grpo_step.floor_seconds(full, 30, rate, None)
+    assert compute == pytest.approx(grpo_step.step_flops(full, 30) / rate)
+    assert grpo_step.floor_seconds(full, 30, rate, 1e15) == pytest.approx(compute)  # bandwidth to spare
+    # a slow memory bounds decoding first: every decode step reads all weights and the KV cache
+    slow = grpo_step.floor_seconds(full, 30, rate, 1e9)
+    work = grpo_step.step_work(full, 30)
+    assert slow > compute
+    assert slow >= work["decode"][1] / 1e9
+    longer = grpo_step.step_work(replace(full, completion=128), 30)["decode"][1]
+    assert longer > 2 * work["decode"][1]  # twice the steps, each over a longer cache
