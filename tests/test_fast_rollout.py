@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import string
+import warnings
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -60,6 +63,14 @@ def test_teacher_forced_logits_equal_the_transformers_forward():
     assert torch.allclose(ours[real], theirs[real], atol=1e-9)
 
 
+def test_bfloat16_logits_stay_close_to_the_transformers_forward():
+    model, tok = model64()
+    model = model.to(torch.bfloat16)
+    ids, real = ragged(tok, TEXTS)
+    ours, theirs = teacher_forced_logits(model, ids, real)[real], hf_logits(model, ids, real)[real]
+    assert (ours.float() - theirs.float()).abs().max() < 0.02  # bfloat16 rounding, not a different model
+
+
 def test_lora_is_folded_into_the_weights_exactly():
     model, tok = model64(seed=1)
     peft_model = apply_lora(model, 4, 8, 0.0, "all-linear")
@@ -112,6 +123,36 @@ def test_forced_length_and_log_probs_of_the_samples():
     assert all(len(c) == 16 and tok.eos_token_id not in c for c in rollout.completion_ids)
     batch = build_batch(rollout.prompt_ids, rollout.completion_ids, tok.pad_token_id, torch.device("cpu"))
     assert batch.completion_mask.sum() == 6 * 16
+
+
+def decoded_both_ways(model, tok, device):
+    """The same rollout with the static decode step (a CUDA graph on CUDA) and the eager one."""
+    model = model.to(device)
+    out = []
+    for decode in ("static", "eager"):
+        backend = FastBackend()
+        backend.decode = decode
+        torch.manual_seed(11)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a failed CUDA graph capture warns: fail instead
+            # every letter a stop string: rows of a random model stop at different lengths
+            out.append(backend.generate(model, tok, TEXTS, 3, 24, 1.0, 0.9, list(string.ascii_letters), 512))
+    return out
+
+
+def test_the_static_decode_step_samples_what_the_eager_one_does():
+    model, tok = model64(seed=6)
+    static, eager = decoded_both_ways(model, tok, "cpu")
+    assert static.completion_ids == eager.completion_ids and static.finished == eager.finished
+    assert len({len(c) for c in static.completion_ids}) > 1  # rows stopped at different lengths
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+def test_the_cuda_graph_decode_samples_what_the_eager_loop_does():
+    model, tok = model64(seed=6)
+    static, eager = decoded_both_ways(model, tok, "cuda")
+    assert static.completion_ids == eager.completion_ids and static.finished == eager.finished
+    assert len({len(c) for c in static.completion_ids}) > 1
 
 
 def test_stop_strings_end_a_row_at_the_token_that_completes_them():
