@@ -394,6 +394,7 @@ def test_a_damaged_checkpoint_is_named_with_the_way_out(capsys, tmp_path):
     assert main(["train", "--resume", "--output-dir", str(run), "--steps", "3"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar's line
     assert last.startswith("axiom-rl: error: cannot resume from") and "step-2" in last, last
+    assert "its optimizer.pt is damaged or unreadable" in last
     assert last.endswith("move it aside to resume from step-1")
     (run / "checkpoints/step-2").rename(run / "step-2.damaged")  # what the message says to do
     assert main(["train", "--resume", "--output-dir", str(run), "--steps", "3"]) == 0

@@ -116,12 +116,17 @@ def load_checkpoint(
 
     A checkpoint that cannot be read (damaged, edited, from another model or process count) is a
     UserError naming it and what to do, not a traceback from deep inside torch."""
+    part = "trainer_state.json"  # what is being read, for the message: torch's own can be cryptic
     try:
-        state = json.loads((path / "trainer_state.json").read_text())  # first: the cheapest to find damaged
-        load_model_weights(model, path / "model", lora)
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-        scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-        ranks = torch.load(path / "rng.pt", weights_only=False)["ranks"]
+        state = json.loads((path / part).read_text())  # first: the cheapest to find damaged
+        part = "model"
+        load_model_weights(model, path / part, lora)
+        part = "optimizer.pt"
+        optimizer.load_state_dict(torch.load(path / part, weights_only=False))
+        part = "scheduler.pt"
+        scheduler.load_state_dict(torch.load(path / part, weights_only=False))
+        part = "rng.pt"
+        ranks = torch.load(path / part, weights_only=False)["ranks"]
         if rank >= len(ranks):
             raise UserError(f"checkpoint {path} was written by {len(ranks)} process(es); resume with as many")
         set_rng_state(ranks[rank])
@@ -131,5 +136,7 @@ def load_checkpoint(
         older = [p for _, p in checkpoints(path.parent.parent) if p != path]
         hint = f"; move it aside to resume from {older[-1].name}" if older else ""
         why = " ".join(str(e).split())[:300] or type(e).__name__
-        raise UserError(f"cannot resume from {path}: {why}{hint}") from e
+        raise UserError(
+            f"cannot resume from {path}: its {part} is damaged or unreadable ({why}){hint}"
+        ) from e
     return state
