@@ -289,7 +289,8 @@ class _StaticDecode:
         self.graph: torch.cuda.CUDAGraph | None = None
         if device.type == "cuda":
             try:
-                self.graph, self.logits = self._capture(device)
+                with torch.cuda.device(device):  # capture runs on the current device's streams
+                    self.graph, self.logits = self._capture(device)
             except RuntimeError as e:  # an op this build cannot capture: the same step, eagerly
                 warnings.warn(f"decoding without a CUDA graph: capture failed ({e})", stacklevel=3)
 
