@@ -192,16 +192,10 @@ def kernel_seconds(fn: Callable[[], object], device: str, runs: int) -> float:
         return best_seconds(fn, device, runs)
     import torch
 
+    from axiom_rl.rollout.fast import capture_cuda_graph
+
     reps = 20
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
+    graph, _ = capture_cuda_graph(lambda: [fn() for _ in range(reps)], torch.device(device))
     return best_seconds(graph.replay, device, runs) / reps
 
 

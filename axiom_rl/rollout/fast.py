@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 
 from . import Rollout, decode_completion, encode_prompts, trim_completion
+
+T = TypeVar("T")
 
 
 def _base_model(model: Any) -> Any:
@@ -251,8 +253,28 @@ def teacher_forced_logits(model: Any, ids: torch.Tensor, real: torch.Tensor) -> 
 @functools.cache
 def _side_stream(device: torch.device) -> torch.cuda.Stream:
     """One side stream per device for every capture: cuBLAS keeps a workspace per stream it has
-    run on, so a new stream per rollout would hold a new workspace each time."""
+    run on, so a new stream per capture would hold a new workspace each time."""
     return torch.cuda.Stream(device)
+
+
+def capture_cuda_graph(fn: Callable[[], T], device: torch.device) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Capture `fn` as a CUDA graph on `device`; returns the graph and fn's output, whose
+    tensors each `graph.replay()` refills in place.
+
+    fn runs once on a side stream first, as capture requires (lazy initialisation such as
+    cuBLAS handles happens outside it), and capture runs with `device` current, since it uses
+    the current device's streams (a launcher may leave another device current).
+    """
+    with torch.cuda.device(device):
+        side = _side_stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+    return graph, out
 
 
 class _StaticDecode:
@@ -289,26 +311,13 @@ class _StaticDecode:
         self.graph: torch.cuda.CUDAGraph | None = None
         if device.type == "cuda":
             try:
-                with torch.cuda.device(device):  # capture runs on the current device's streams
-                    self.graph, self.logits = self._capture(device)
+                self.graph, self.logits = capture_cuda_graph(self.step, device)
             except RuntimeError as e:  # an op this build cannot capture: the same step, eagerly
                 warnings.warn(f"decoding without a CUDA graph: capture failed ({e})", stacklevel=3)
 
     def step(self) -> torch.Tensor:
         w, cache_k, cache_v, mask, cos, sin = self.inputs
         return _forward(w, self.tokens, self.positions, cache_k, cache_v, self.slot, mask, cos, sin)
-
-    def _capture(self, device: torch.device) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        # One run on a side stream first, as capture requires (lazy initialisation happens outside it).
-        side = _side_stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            self.step()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = self.step()
-        return graph, logits
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slot: int) -> torch.Tensor:
         """Logits [N, V] after `tokens` [N] at `positions` [N], cached at `slot` (on a GPU, in a
