@@ -200,10 +200,10 @@ def load_policy(
     gradient_checkpointing: bool = False,
     seed: int = 0,
 ) -> Policy:
+    check_load_options(dtype, finetune)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     check_model_spec(model, tiny_size)
-    check_load_options(dtype, finetune)
     net, tok = load_model_and_tokenizer(model, torch_dtype, tiny_size, seed)
     # auto: LoRA where it pays (large models); small ones train fully.
     use_lora = finetune == "lora" or (
