@@ -25,7 +25,9 @@ from .errors import UserError
 
 
 @dataclass
-class TrainConfig:
+class ModelOptions:
+    """The model to load and how to fine-tune it: the options every training command shares."""
+
     # -- model ------------------------------------------------------------------------------
     model: str = "tiny"
     """'tiny' (the built-in model), a local model directory, or a Hugging Face hub name."""
@@ -47,6 +49,22 @@ class TrainConfig:
     """fp32, bf16, fp16, or auto (bf16 on a GPU that supports it, else fp32)."""
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto."""
+
+    def load_options(self) -> dict[str, Any]:
+        """These options as `load_policy` arguments (besides the model and the device)."""
+        return {
+            "tiny_size": self.tiny_size,
+            "finetune": self.finetune,
+            "lora_r": self.lora_r,
+            "lora_alpha": self.lora_alpha,
+            "lora_dropout": self.lora_dropout,
+            "lora_target_modules": self.lora_target_modules,
+            "dtype": self.dtype,
+        }
+
+
+@dataclass
+class TrainConfig(ModelOptions):
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more time)."""
     # -- problems ---------------------------------------------------------------------------
@@ -145,27 +163,7 @@ class TrainConfig:
 
 
 @dataclass
-class SFTConfig:
-    model: str = "tiny"
-    """'tiny', a local model directory, or a hub name."""
-    tiny_size: str = "tiny"
-    """Size of the built-in model: nano, micro, tiny or small."""
-    finetune: str = "auto"
-    """lora, full, or auto (LoRA for models over 100M parameters, else full)."""
-    lora_r: int = 16
-    """LoRA rank."""
-    lora_alpha: int = 32
-    """LoRA alpha."""
-    lora_dropout: float = 0.0
-    """LoRA dropout."""
-    lora_target_modules: str = "all-linear"
-    """Modules to adapt."""
-    merge: bool = False
-    """With LoRA: save the adapter merged into the weights."""
-    dtype: str = "auto"
-    """fp32, bf16, fp16 or auto."""
-    device: str = "auto"
-    """cpu, cuda, cuda:N or auto."""
+class SFTConfig(ModelOptions):
     tasks: list[str] = field(default_factory=lambda: ["countdown"])
     """Tasks whose reference solutions to train on."""
     difficulty: str = "1"
@@ -255,6 +253,14 @@ _NO_CLI = {"advantage_params"}  # YAML only
 @cache
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring under each dataclass field (the string literal after the annotation)."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__):  # a subclass's docstring wins
+        if dataclasses.is_dataclass(base):
+            docs.update(_own_field_docs(base))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]

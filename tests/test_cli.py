@@ -174,3 +174,17 @@ def test_console_script_entry_point_runs():
         [sys.executable, "-m", "axiom_rl", "problems", "show", "nope"], capture_output=True, text=True
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "eval"])
+def test_every_option_has_help_text(capsys, command):
+    """Options come from the config dataclasses, help text from each field's docstring, including
+    fields a config inherits (the model options train and sft share)."""
+    from axiom_rl.config import EvalConfig, SFTConfig, TrainConfig, cli_fields
+
+    cls = {"train": TrainConfig, "sft": SFTConfig, "eval": EvalConfig}[command]
+    undocumented = [name for name, _, doc in cli_fields(cls) if not doc]
+    assert undocumented == []
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    assert ("LoRA rank." in out) == (command != "eval")

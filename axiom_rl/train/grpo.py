@@ -518,13 +518,7 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
     torch.manual_seed(cfg.seed)
     policy = load_policy(
         cfg.model,
-        tiny_size=cfg.tiny_size,
-        finetune=cfg.finetune,
-        lora_r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        lora_target_modules=cfg.lora_target_modules,
-        dtype=cfg.dtype,
+        **cfg.load_options(),
         device=str(parallel.device),
         need_reference=cfg.beta != 0.0,
         gradient_checkpointing=cfg.gradient_checkpointing,

@@ -105,10 +105,8 @@ def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | N
     save_config(cfg, run_dir / "config.json")
     torch.manual_seed(cfg.seed)
     policy = load_policy(
-        cfg.model, tiny_size=cfg.tiny_size, finetune=cfg.finetune, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout, lora_target_modules=cfg.lora_target_modules, dtype=cfg.dtype,
-        device=cfg.device, need_reference=False, seed=cfg.seed,
-    )  # fmt: skip
+        cfg.model, **cfg.load_options(), device=cfg.device, need_reference=False, seed=cfg.seed
+    )
     if policy.device.type == "cpu":
         keep_freed_memory()
     tok = policy.tokenizer
