@@ -36,20 +36,31 @@ def parse_range(text: str) -> tuple[int, int]:
     return a, b
 
 
+def rich_bar(label: str, stats: bool = False, transient: bool = False) -> tuple[Any, Any]:
+    """A rich progress bar on stderr and its one task: label, bar, done/total, a stats field
+    (if asked), elapsed and remaining time."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn()]
+    if stats:
+        columns.append(TextColumn("{task.fields[stats]}"))
+    bar = Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=transient)
+    return bar, bar.add_task(label.strip(), total=None, stats="")
+
+
 def progress_bar(description: str) -> Callable[[int], Callable[[], None]]:
     """A factory for rich progress bars on stderr: progress(total) -> tick()."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     def start(total: int) -> Callable[[], None]:
-        bar = Progress(
-            TextColumn(description),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-        )
-        task = bar.add_task(description, total=total)
+        bar, task = rich_bar(description, transient=True)
+        bar.update(task, total=total)
         bar.start()
         done = [0]
 
@@ -338,25 +349,7 @@ def resolve_config(
 def training_progress(
     total_label: str = "training",
 ) -> tuple[Any, Callable[[int, int, dict[str, Any]], None]]:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(
-        TextColumn(f"[bold]{total_label}[/bold]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-    )
-    task_id = bar.add_task(total_label, total=None, stats="")
+    bar, task_id = rich_bar(total_label, stats=True)
 
     def update(step: int, total: int, row: dict[str, Any]) -> None:
         stats = (
@@ -423,24 +416,7 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
 @contextlib.contextmanager
 def phase_bar(name: str) -> Any:
     """A progress bar for one phase; yields progress(done, total, row)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(
-        TextColumn(f"[bold]{name:<28}[/bold]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-    )
-    task_id = bar.add_task(name, total=None)
+    bar, task_id = rich_bar(f"{name:<28}")
     with bar:
         yield lambda done, total, row=None: bar.update(task_id, completed=done, total=total)
 
