@@ -21,8 +21,8 @@ from ..models.load import check_load_options, check_model_spec, load_for_inferen
 from ..rewards import compute_reward
 from ..rollout import get_backend
 from ..sandbox import Sandbox
-from ..tasks import CodeTask, generate_problems, get_task, parse_task_list
-from ..tasks.generate import SPLITS, check_difficulty
+from ..tasks import CodeTask, generate_problems, get_task
+from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from ..verifier import verify_many
@@ -31,13 +31,9 @@ from .store import Attempt, ResultsDB, Run
 
 
 def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
-    from ..train.grpo import at_least, check_sampling, parse_difficulty
+    from ..train.grpo import at_least, check_sampling, parse_tasks_and_difficulties
 
-    tasks = parse_task_list(cfg.tasks)
-    diffs = parse_difficulty(cfg.difficulty)
-    for t in tasks:
-        for d in diffs:
-            check_difficulty(get_task(t), d)
+    tasks, diffs = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("split", cfg.split, SPLITS)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     at_least(

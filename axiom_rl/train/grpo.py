@@ -96,13 +96,18 @@ def parse_difficulty(text: str) -> list[int]:
     return list(range(a, b + 1))
 
 
-def plan_run(cfg: TrainConfig) -> Plan:
-    """Validate every name and number of the config: one-line errors, nothing loaded yet."""
-    tasks = parse_task_list(cfg.tasks)
-    difficulties = parse_difficulty(cfg.difficulty)
-    for t in tasks:
+def parse_tasks_and_difficulties(tasks: str | list[str], difficulty: str) -> tuple[list[str], list[int]]:
+    """Task names and difficulties from the options, each pair checked against its task's range."""
+    names, difficulties = parse_task_list(tasks), parse_difficulty(difficulty)
+    for t in names:
         for d in difficulties:
             check_difficulty(get_task(t), d)
+    return names, difficulties
+
+
+def plan_run(cfg: TrainConfig) -> Plan:
+    """Validate every name and number of the config: one-line errors, nothing loaded yet."""
+    tasks, difficulties = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("advantage estimator", cfg.advantage, ADVANTAGES)
     choose("loss type", cfg.loss_type, LOSSES)
     choose("KL estimator", cfg.kl_estimator, KL_ESTIMATORS)

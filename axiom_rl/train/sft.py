@@ -24,7 +24,6 @@ from ..errors import UserError, choose
 from ..io import ensure_dir
 from ..models.load import check_model_spec, load_policy
 from ..tasks import get_task, parse_task_list
-from ..tasks.generate import check_difficulty
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from .batch import build_batch, completion_logprobs
@@ -78,11 +77,9 @@ def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tup
 
 
 def check_sft_config(cfg: SFTConfig) -> str:
-    from .grpo import at_least, check_training_options, parse_difficulty, resolve_prompt_style
+    from .grpo import at_least, check_training_options, parse_tasks_and_difficulties, resolve_prompt_style
 
-    for t in parse_task_list(cfg.tasks):
-        for d in parse_difficulty(cfg.difficulty):
-            check_difficulty(get_task(t), d)
+    parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
     at_least(("steps", cfg.steps, 1), ("batch_size", cfg.batch_size, 1))
