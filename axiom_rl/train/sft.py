@@ -23,7 +23,7 @@ from ..config import SFTConfig, save_config
 from ..errors import UserError, choose
 from ..io import ensure_dir
 from ..models.load import check_model_spec, load_policy
-from ..tasks import get_task, parse_task_list
+from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from .batch import build_batch, completion_logprobs
@@ -55,9 +55,9 @@ def sft_examples(
         while True:
             for i in torch.randperm(len(pairs), generator=order).tolist():
                 yield pairs[i]
-    from .grpo import parse_difficulty
+    from .grpo import parse_tasks_and_difficulties
 
-    stream = ProblemStream(parse_task_list(cfg.tasks), parse_difficulty(cfg.difficulty), cfg.seed)
+    stream = ProblemStream(*parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty), cfg.seed)
     while True:
         p = stream.next()
         yield (
@@ -69,10 +69,10 @@ def sft_examples(
 def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tuple[list[str], list[int]]:
     """The tasks and difficulties the model learns from (for its model card, which `eval compare`
     reads to mark rows as trained on): those of the samples, or else the config's."""
-    from .grpo import parse_difficulty
+    from .grpo import parse_tasks_and_difficulties
 
     if samples is None:
-        return parse_task_list(cfg.tasks), parse_difficulty(cfg.difficulty)
+        return parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     return sorted({p.task for p, _ in samples}), sorted({p.difficulty for p, _ in samples})
 
 
