@@ -44,7 +44,8 @@ class ModelOptions:
     lora_target_modules: str = "all-linear"
     """Modules to adapt: 'all-linear' or a comma-separated list (q_proj,v_proj,...)."""
     merge: bool = False
-    """With LoRA: save final_model with the adapter merged into the weights."""
+    """With LoRA: save final_model with the adapter merged into the weights (always, for the
+    built-in tiny model, whose base is saved nowhere else)."""
     dtype: str = "auto"
     """fp32, bf16, fp16, or auto (bf16 on a GPU that supports it, else fp32)."""
     device: str = "auto"

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from axiom_rl.models.load import PROXY_VARIABLES
 from axiom_rl.models.tiny import TINY_SIZES, build_char_tokenizer, build_tiny_model
 
 TEXTS = ["10 19 -> 10\n<answer>", "def f(x):\n\treturn  x  # two spaces", "héllo – ünïcode ✓", "", "   \n\n"]
@@ -128,3 +133,41 @@ def test_lean_mlp_under_gradient_checkpointing_gives_the_same_gradients():
     _, grads, _ = _forward_backward(model, ids)
     _, lean_grads, _ = _forward_backward(lean, ids)
     assert all(torch.equal(grads[n], lean_grads[n]) for n in grads)
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "axiom_rl", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_a_hub_name_loads_from_the_local_cache_when_the_hub_cannot_be_reached(tmp_path):
+    """A machine without a network (a cluster node, this one) with the model in its Hugging Face
+    cache: the name loads from the cache at once. Without the check, huggingface_hub retried each
+    file five times first (about 30 s each, with a warning per retry); a name that is not cached
+    is one line and exit code 2."""
+    snapshot = tmp_path / "hf/hub/models--axiom-test--nano/snapshots" / ("0" * 40)
+    model, tok = build_tiny_model("nano", seed=1)
+    model.save_pretrained(snapshot)
+    tok.save_pretrained(snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs/main").write_text("0" * 40)
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_ENDPOINT": "https://huggingface.invalid",  # .invalid never resolves (RFC 6761)
+    }
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *PROXY_VARIABLES):
+        env.pop(name, None)
+    db = tmp_path / "eval.db"
+    args = ("eval", "--task", "countdown", "--count", "2", "--max-completion-length", "4", "--db", str(db))
+    cached = _cli(*args, "--model", "axiom-test/nano", env=env)
+    assert cached.returncode == 0, cached.stderr
+    assert "Retrying" not in cached.stderr and db.exists()
+
+    missing = _cli(*args, "--model", "axiom-test/absent", env=env)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert (
+        "huggingface.invalid does not resolve" in missing.stderr
+        and "not in the local cache" in missing.stderr
+    )

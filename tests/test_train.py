@@ -173,9 +173,13 @@ def test_beta_zero_loads_no_reference_and_full_finetuning_keeps_a_copy(tmp_path)
 
 
 def test_lora_saves_an_adapter_and_merge_saves_weights(tmp_path):
-    train(small(tmp_path, finetune="lora", output_dir=str(tmp_path / "lora")))
+    model, tokenizer = build_tiny_model("nano", seed=3)
+    model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    base = str(tmp_path / "base")
+    train(small(tmp_path, model=base, finetune="lora", output_dir=str(tmp_path / "lora")))
     assert (tmp_path / "lora/final_model/adapter_model.safetensors").exists()
-    train(small(tmp_path, finetune="lora", merge=True, output_dir=str(tmp_path / "merged")))
+    train(small(tmp_path, model=base, finetune="lora", merge=True, output_dir=str(tmp_path / "merged")))
     merged = tmp_path / "merged/final_model"
     assert (merged / "model.safetensors").exists() and not (merged / "adapter_model.safetensors").exists()
     from transformers import AutoModelForCausalLM
@@ -207,6 +211,86 @@ def test_a_local_model_directory_trains_like_a_hub_model(tmp_path):
     loaded = load_policy(str(local), need_reference=False)
     assert format_prompt(CountLetters().generate(random.Random(0), 1), loaded.tokenizer).startswith(
         "<|user|>"
+    )
+
+
+def _random_adapter(base_net, base_name: str, out: Path, seed: int) -> None:
+    """A LoRA adapter on `base_net` with random, non-zero weights (a fresh one is zero: merging it
+    would prove nothing), saved naming `base_name` as its base."""
+    from peft import LoraConfig, get_peft_model
+
+    base_net.name_or_path = base_name
+    peft_net = get_peft_model(base_net, LoraConfig(r=4, target_modules="all-linear"))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_net.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    peft_net.save_pretrained(out, save_embedding_layers=False)
+
+
+def test_a_lora_runs_final_model_evaluates_and_trains_on_with_its_adapter_merged(tmp_path):
+    """A LoRA run's final_model is an adapter directory. eval and train load it as its base with
+    the adapter merged; a LoRA run started from it saves an adapter naming that directory as its
+    base, so loading the second adapter brings back both (before, eval refused the directory, and
+    the second adapter named the original base: loading it silently dropped the first)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from axiom_rl.models.load import load_for_inference
+
+    base_dir, first, second = tmp_path / "base", tmp_path / "first", tmp_path / "second"
+    model, tokenizer = build_tiny_model("nano", seed=3)
+    model.save_pretrained(base_dir)
+    tokenizer.save_pretrained(base_dir)
+    _random_adapter(AutoModelForCausalLM.from_pretrained(base_dir), str(base_dir), first, seed=1)
+    ids = torch.tensor([[5, 17, 42, 9, 33]])
+
+    def logits(net) -> torch.Tensor:
+        with torch.no_grad():
+            return net.eval()(ids).logits
+
+    expected = logits(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), first))
+    loaded, _, _ = load_for_inference(str(first), dtype="fp32", device="cpu")
+    assert not torch.allclose(expected, logits(AutoModelForCausalLM.from_pretrained(base_dir)), atol=1e-3)
+    torch.testing.assert_close(logits(loaded), expected, rtol=0, atol=1e-5)
+
+    # A second adapter trained on the merged model names `first` as its base: both come back.
+    _random_adapter(loaded, str(first), second, seed=2)
+    assert json.loads((second / "adapter_config.json").read_text())["base_model_name_or_path"] == str(first)
+    both = PeftModel.from_pretrained(
+        PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), first).merge_and_unload(),
+        second,
+    )
+    again, _, _ = load_for_inference(str(second), dtype="fp32", device="cpu")
+    torch.testing.assert_close(logits(again), logits(both), rtol=0, atol=1e-5)
+
+    # The trainer does the same from the directory: a LoRA run on `first` records `first`.
+    train(small(tmp_path, model=str(first), finetune="lora", steps=1, output_dir=str(tmp_path / "run")))
+    saved = json.loads((tmp_path / "run/final_model/adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == str(first)
+
+    # An adapter that names no base says so in one line.
+    (tmp_path / "orphan").mkdir()
+    (tmp_path / "orphan/adapter_config.json").write_text('{"base_model_name_or_path": null}')
+    with pytest.raises(UserError, match="names no base model"):
+        load_for_inference(str(tmp_path / "orphan"), device="cpu")
+    (tmp_path / "orphan/adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(second)}))
+    config = json.loads((first / "adapter_config.json").read_text())
+    (first / "adapter_config.json").write_text(json.dumps(dict(config, base_model_name_or_path=str(second))))
+    with pytest.raises(UserError, match="in a loop"):  # orphan -> second -> first -> second
+        load_for_inference(str(tmp_path / "orphan"), device="cpu")
+
+
+def test_a_lora_run_of_the_built_in_model_saves_its_final_model_merged(tmp_path):
+    """The tiny model is built in memory: an adapter for it could name no base, so it is merged."""
+    train(small(tmp_path, finetune="lora", steps=1))
+    final = tmp_path / "run/final_model"
+    assert (final / "config.json").exists() and not (final / "adapter_config.json").exists()
+    from transformers import AutoModelForCausalLM
+
+    assert not any(
+        "lora" in name for name, _ in AutoModelForCausalLM.from_pretrained(final).named_parameters()
     )
 
 

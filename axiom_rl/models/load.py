@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -24,6 +28,7 @@ from .tiny import TINY_SIZES, build_tiny_model
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 FINETUNE_MODES = ("auto", "lora", "full")
 LORA_AUTO_PARAMS = 100_000_000  # finetune=auto uses LoRA above this many parameters
+ADAPTER_CONFIG = "adapter_config.json"  # peft's file: a directory of LoRA adapters, not a whole model
 
 
 def resolve_device(device: str) -> torch.device:
@@ -55,6 +60,49 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+@functools.cache
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached from here (its host name does not resolve), or
+    None when it may be: offline mode is already on, a proxy does the resolving, or the lookup
+    answered or did not answer in time (then the hub's own client decides, as without this check).
+
+    One DNS lookup per process. On a machine without a network, hub names then load from the
+    local cache at once, or fail with one line, instead of after huggingface_hub's five retries
+    (about 30 s for each file it asks for).
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return None
+    host = urlsplit(constants.ENDPOINT).hostname
+    if not host:
+        return None
+    failure: list[str] = []
+
+    def look_up() -> None:
+        try:
+            socket.getaddrinfo(host, 443)
+        except OSError as e:  # socket.gaierror: no such name, or no resolver to ask
+            failure.append(f"{host} does not resolve: {e.strerror or e}")
+
+    lookup = threading.Thread(target=look_up, daemon=True)  # a resolver may wait 10 s or more
+    lookup.start()
+    lookup.join(timeout)
+    return failure[0] if failure else None
+
+
+def hub_options(model: bool = False) -> dict[str, Any]:
+    """Keyword arguments for every from_pretrained call: the local cache only when the hub
+    cannot be reached (harmless for local directories, which never touch the hub). A model's
+    search for a LoRA adapter beside it takes its own copy (transformers does not pass it on)."""
+    if not hub_unreachable():
+        return {}
+    return {"local_files_only": True, **({"adapter_kwargs": {"local_files_only": True}} if model else {})}
+
+
 def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
     """Classify `model` cheaply, before anything heavy loads: 'tiny', 'local' or 'hub'.
 
@@ -66,7 +114,9 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
         return "tiny"
     path = Path(model).expanduser()
     if path.exists():
-        if not (path / "config.json").exists():
+        if (path / ADAPTER_CONFIG).exists():
+            check_adapter_chain(path)  # a LoRA run's final_model: its base must load too
+        elif not (path / "config.json").exists():
             raise UserError(
                 f"{model} is not a model directory (no config.json); expected save_pretrained output"
             )
@@ -76,34 +126,101 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
     from transformers import AutoConfig
 
     try:
-        AutoConfig.from_pretrained(model)
+        AutoConfig.from_pretrained(model, **hub_options())
     except Exception as e:  # offline, gated, misspelt: all mean "cannot use this name"
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        if hub_unreachable():
+            reason = f"the hub cannot be reached, {hub_unreachable()}, and the name is not in the local cache"
         raise UserError(
             f"cannot load model {model!r} from the Hugging Face hub ({reason}); pass 'tiny' or a local directory"
         ) from None
     return "hub"
 
 
+def adapter_base(path: Path) -> str:
+    """The base model a LoRA adapter directory was trained on, as the adapter records it."""
+    import json
+
+    try:
+        base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path / ADAPTER_CONFIG}: {e}") from None
+    if not base:
+        raise UserError(
+            f"{path} is a LoRA adapter that names no base model (saved from a model built in memory); "
+            "save its run's final model with --merge"
+        )
+    return str(base)
+
+
+def check_adapter_chain(path: Path) -> None:
+    """An adapter directory's base, its base's base (a LoRA run that started from another one's
+    final model), and so on, down to a model: every link must name the next, and the model must
+    pass check_model_spec."""
+    seen: set[Path] = set()
+    while (path / ADAPTER_CONFIG).exists():
+        if path.resolve() in seen:
+            raise UserError(f"LoRA adapters name each other as their base in a loop, at {path}")
+        seen.add(path.resolve())
+        base = adapter_base(path)
+        adapter, path = path, Path(base).expanduser()
+    try:
+        check_model_spec(base)
+    except UserError as e:  # say which adapter asked for it (a relative path is from the cwd)
+        raise UserError(f"the LoRA adapter in {adapter} names its base {base!r}: {e}") from None
+
+
 def load_model_and_tokenizer(
     model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed: int = 0
 ) -> tuple[Any, Any]:
-    """(model, tokenizer) on the CPU, in `dtype`. The tokenizer pads on the left."""
+    """(model, tokenizer) on the CPU, in `dtype`. The tokenizer pads on the left.
+
+    A LoRA adapter directory (a LoRA run's final_model) loads as its base with the adapter merged
+    into the weights: a plain model, which evaluates without peft in the way and trains on from
+    there (with LoRA, a new adapter, and the merged model as the KL reference).
+    """
     if check_model_spec(model, tiny_size) == "tiny":
         net, tok = build_tiny_model(tiny_size, seed=seed)
         return net.to(dtype), tok
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = Path(model).expanduser()
+    if (path / ADAPTER_CONFIG).exists():
+        net, tok = _load_merged_adapter(path, dtype)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        tok = AutoTokenizer.from_pretrained(model)
-        net = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot load model {model!r}: {str(e).splitlines()[0][:200]}") from None
+        try:
+            net = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **hub_options(model=True))
+            tok = AutoTokenizer.from_pretrained(model, **hub_options())
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot load model {model!r}: {str(e).splitlines()[0][:200]}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     if net.generation_config.pad_token_id is None:
         net.generation_config.pad_token_id = tok.pad_token_id
+    return net, tok
+
+
+def _load_merged_adapter(path: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    """An adapter's base (itself possibly an adapter directory: a LoRA run that started from
+    another one) with the adapter merged in, and the tokenizer saved beside it (else the base's).
+    check_adapter_chain has checked every link."""
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    base = adapter_base(path)
+    net, tok = load_model_and_tokenizer(base, dtype)
+    try:
+        net = PeftModel.from_pretrained(net, path).merge_and_unload()
+        if (path / "tokenizer_config.json").exists():
+            tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: shapes that do not fit the base
+        raise UserError(
+            f"cannot load the LoRA adapter in {path} onto {base}: {str(e).splitlines()[0][:200]}"
+        ) from None
+    # What a new adapter trained on this model records as its base: these merged weights, not the
+    # original base (peft reads name_or_path), or loading it later would drop this adapter.
+    net.name_or_path = net.config._name_or_path = str(path)
     return net, tok
 
 
@@ -122,24 +239,9 @@ def load_for_inference(
     model: str, dtype: str = "auto", device: str = "auto", tiny_size: str = "tiny", seed: int = 0
 ) -> tuple[Any, Any, torch.device]:
     """(model in eval mode, tokenizer, device): a hub name, a model directory, a LoRA adapter
-    directory (its base is loaded, then the adapter), or 'tiny'."""
+    directory (its base, with the adapter merged in), or 'tiny'."""
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, dev)
-    path = Path(model)
-    if model != "tiny" and (path / "adapter_config.json").exists():
-        from peft import AutoPeftModelForCausalLM
-        from transformers import AutoTokenizer
-
-        try:
-            net = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-            tok = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot load the adapter in {model}: {str(e).splitlines()[0][:200]}") from None
-        tok.padding_side = "left"
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-    else:
-        net, tok = load_model_and_tokenizer(model, torch_dtype, tiny_size, seed)
+    net, tok = load_model_and_tokenizer(model, resolve_dtype(dtype, dev), tiny_size, seed)
     return net.to(dev).eval(), tok, dev
 
 

@@ -58,11 +58,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def quiet_saving() -> None:
-    """transformers draws a progress bar per save; a training run saves often."""
+def save_weights(model: Any, path: Path) -> None:
+    """save_pretrained as safetensors, without transformers' progress bar (a run saves often).
+
+    A LoRA model saves its adapter alone: peft's default also looks up the base model's config
+    -- on the hub, for a hub name, at every save -- to see whether its vocabulary was resized,
+    which axiom-rl never does, and warns when the base is an adapter directory (a LoRA run that
+    started from another one's final model).
+    """
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    adapter_only = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+    model.save_pretrained(path, safe_serialization=True, **adapter_only)
 
 
 def save_checkpoint(
@@ -77,9 +85,8 @@ def save_checkpoint(
 ) -> Path:
     """`rng_states`: one per rank (default: this process's)."""
     final = Path(run_dir) / CHECKPOINT_DIR / f"step-{step}"  # atomic_directory makes its parents
-    quiet_saving()
     with atomic_directory(final) as tmp:
-        model.save_pretrained(tmp / "model", safe_serialization=True)
+        save_weights(model, tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"ranks": rng_states or [rng_state()]}, tmp / "rng.pt")

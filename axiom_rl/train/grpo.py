@@ -779,13 +779,14 @@ def _print_samples(say: Callable[[str], None], step: int, scored: Scored, cfg: T
 def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, Any] | None = None) -> None:
     """save_pretrained output, loadable by plain transformers (+ peft for an adapter); atomic."""
     from ..io import atomic_directory
-    from .checkpoint import quiet_saving
+    from .checkpoint import save_weights
 
-    quiet_saving()
     with atomic_directory(path) as tmp:
         model = policy.model
-        if policy.lora and merge:
+        # An adapter is only loadable beside the base it names; a model built in memory (the
+        # built-in tiny one) has no name to give, so its adapter is saved merged.
+        if policy.lora and (merge or not model.active_peft_config.base_model_name_or_path):
             model = model.merge_and_unload()
-        model.save_pretrained(tmp, safe_serialization=True)
+        save_weights(model, tmp)
         policy.tokenizer.save_pretrained(tmp)
         (tmp / MODEL_CARD).write_text(json.dumps(card or {}, indent=1) + "\n")
