@@ -48,10 +48,31 @@ def rich_bar(label: str, stats: bool = False, transient: bool = False) -> tuple[
         TimeRemainingColumn,
     )
 
+    class LoggedProgress(Progress):
+        """Live on a terminal. Elsewhere (a log file, a pipe) nothing is drawn while the work
+        runs, and a bar that is meant to stay is printed once, when its work ends well: a failed
+        command's stderr is its one error line, not a half-drawn bar before it."""
+
+        def start(self) -> None:
+            if self.console.is_terminal:
+                super().start()
+
+        def stop(self) -> None:
+            if self.console.is_terminal:
+                super().stop()
+
+        def __exit__(self, exc_type: Any, *rest: Any) -> None:
+            if self.console.is_terminal:
+                return super().__exit__(exc_type, *rest)
+            if exc_type is None and not transient:
+                self.console.print(self.get_renderable())
+
     columns = [TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn()]
     if stats:
         columns.append(TextColumn("{task.fields[stats]}"))
-    bar = Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=transient)
+    bar = LoggedProgress(
+        *columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=transient
+    )
     return bar, bar.add_task(label.strip(), total=None, stats="")
 
 
@@ -577,9 +598,7 @@ def eval_compare(run_a: str, run_b: str, db: str, fmt: str) -> None:
     from .eval.store import ResultsDB
     from .models.load import read_model_card
 
-    if not Path(db).exists():
-        raise UserError(f"no such database: {db}")
-    with ResultsDB(db) as store:
+    with ResultsDB(db, create=False) as store:
         a, b = store.require_run(run_a), store.require_run(run_b)
         rows = compare(summarize(store.attempts(a)), summarize(store.attempts(b)))
     card = read_model_card(b.model) if Path(b.model).exists() else {}
@@ -630,13 +649,10 @@ def emit_comparison(rows: list[dict[str, Any]], run_a: str, run_b: str, fmt: str
 @click.option("--db", default="results.db", show_default=True, help="The results database.")
 def eval_list(db: str) -> None:
     """The evaluation runs stored in a database."""
-    from pathlib import Path
 
     from .eval.store import ResultsDB
 
-    if not Path(db).exists():
-        raise UserError(f"no such database: {db}")
-    with ResultsDB(db) as store:
+    with ResultsDB(db, create=False) as store:
         table = Table("run", "created", "model", "attempts", box=None, pad_edge=False)
         for run in store.runs():
             table.add_row(run.name, run.created, run.model, str(len(store.done(run))))

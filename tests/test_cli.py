@@ -188,3 +188,16 @@ def test_every_option_has_help_text(capsys, command):
     code, out, _ = run(capsys, command, "--help")
     assert code == 0
     assert ("LoRA rank." in out) == (command != "eval")
+
+
+def test_an_error_after_the_progress_bar_is_set_up_is_still_one_line_and_writes_nothing(capsys, tmp_path):
+    """sft --from-samples finds out that its database is missing once its bar exists; outside a
+    terminal the bar drew a half-done line on stderr before the error, and opening the missing
+    database created it, empty."""
+    db = tmp_path / "misspelt.db"
+    code, _, err = run(
+        capsys, "sft", "--model", "tiny", "--from-samples", "base", "--db", str(db),
+        "--output-dir", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert code == 2 and err == f"axiom-rl: error: no such database: {db}\n"
+    assert not db.exists() and not (tmp_path / "run").exists()

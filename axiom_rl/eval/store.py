@@ -83,8 +83,12 @@ class Run:
 
 
 class ResultsDB:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, create: bool = True) -> None:
+        """Open the database at `path`, creating it unless `create` is False (readers: a
+        misspelt name is an error, not a new empty database)."""
         self.path = Path(path)
+        if not create and not self.path.exists():
+            raise UserError(f"no such database: {path}")
         existed = self.path.exists() and self.path.stat().st_size > 0
         if self.path.is_dir():
             raise UserError(f"{path} is a directory, not a database file")

@@ -36,7 +36,7 @@ def correct_samples(cfg: SFTConfig) -> list[tuple[Problem, str]]:
     """The verified-correct (problem, completion) pairs of the evaluation run `cfg.from_samples`."""
     from ..eval.store import ResultsDB
 
-    with ResultsDB(cfg.db) as db:
+    with ResultsDB(cfg.db, create=False) as db:
         good = [a for a in db.attempts(db.require_run(cfg.from_samples)) if a["status"] == PASSED]
         problems = {a["problem_id"]: db.problem(a["problem_id"]) for a in good}
     if not good:
