@@ -209,6 +209,9 @@ class EvalConfig:
     """A difficulty (5) or an inclusive range (1-3)."""
     count: int = 100
     """Problems per task and difficulty."""
+    problems_file: str = ""
+    """Evaluate on the problems of this JSONL file instead (`problems import` output: HumanEval,
+    MBPP; or `problems export`); --task, --difficulty, --count and --split are then unused."""
     samples: int = 1
     """Completions per problem (K, for pass@k)."""
     temperature: float = 0.0

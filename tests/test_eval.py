@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HUMANEVAL, needs_shared_data
 
 from axiom_rl.cli import main
 from axiom_rl.config import EvalConfig, SFTConfig
@@ -229,6 +230,52 @@ def test_eval_refuses_a_foreign_database(tmp_path, model_dir, capsys):
     assert main(["eval", "--model", str(model_dir), "--count", "2", "--db", str(foreign)]) == 2
     assert "not an axiom-rl results database" in capsys.readouterr().err
     assert foreign.read_text() == "not sqlite at all"
+
+
+@needs_shared_data(HUMANEVAL)
+def test_eval_on_an_imported_benchmark_file(tmp_path, capsys):
+    """--problems-file: HumanEval as `problems import` writes it, its code run in the sandbox
+    (the nano model writes no working function, so each attempt fails in the sandbox, not in
+    the verifier), stored, and finished on a rerun. A bad line stops it before it starts."""
+    imported = tmp_path / "he.jsonl"
+    assert (
+        run_cli(
+            capsys, "problems", "import", "--format", "humaneval", str(HUMANEVAL), "--out", str(imported)
+        )[0]
+        == 0
+    )
+    subset = tmp_path / "he3.jsonl"
+    subset.write_text("".join(imported.read_text().splitlines(keepends=True)[:3]))
+    db = tmp_path / "r.db"
+    cfg = EvalConfig(
+        model="tiny", tiny_size="nano", problems_file=str(subset), max_completion_length=24, db=str(db)
+    )
+    name, summary = evaluate(cfg)
+    assert name == "tiny-he3-greedy-s0"
+    assert [(s["task"], s["difficulty"], s["problems"], s["attempts"]) for s in summary] == [
+        ("humaneval", 0, 3, 3)
+    ]
+    with ResultsDB(db) as store:
+        attempts = store.attempts(store.require_run(name))
+    assert [a["problem_id"] for a in attempts] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert all(a["status"] != "internal_error" and a["total"] > 0 for a in attempts), attempts
+
+    again_name, again = evaluate(cfg)  # nothing left to do: the same run, the same rows
+    assert again_name == name and again == summary
+
+    code, _, err = run_cli(
+        capsys, "eval", "--model", "tiny", "--problems-file", str(tmp_path / "absent.jsonl")
+    )
+    assert code == 2 and err == f"axiom-rl: error: no such problems file: {tmp_path / 'absent.jsonl'}\n"
+    subset.write_text(subset.read_text() + "{not json\n" + '{"id": "x", "task": "nope"}\n')
+    code, _, err = run_cli(capsys, "eval", "--model", "tiny", "--problems-file", str(subset), "--db", str(db))
+    assert code == 2 and err.startswith(f"axiom-rl: error: {subset}:4: ") and "(and 1 more bad lines)" in err
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 # ---------------------------------------------------------------------------------- SFT

@@ -389,6 +389,7 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
     [
         (["--model", "./no/such/model"], "no such model directory"),
         (["--task", "nope"], "unknown task 'nope'"),
+        (["--task", "humaneval"], "humaneval has no generator: import its problems"),
         (["--loss-type", "nope"], "unknown loss type 'nope'; choose from: bnpo, dapo"),
         (["--advantage", "nope"], "unknown advantage estimator 'nope'; choose from: batch_norm"),
         (["--steps", "0"], "steps must be >= 1"),

@@ -1,6 +1,7 @@
 """`axiom-rl eval`: generate K samples per held-out problem, verify, store, summarise.
 
-Problems come from the eval split (never seen in training). Sampling is seeded per batch, so an
+Problems come from the eval split (never seen in training), or from a problems file (an imported
+benchmark: HumanEval, MBPP). Sampling is seeded per batch, so an
 interrupted evaluation rerun under the same name produces exactly the samples it would have,
 and finishes without duplicates (finished batches are skipped).
 """
@@ -11,6 +12,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +23,7 @@ from ..models.load import check_load_options, check_model_spec, load_for_inferen
 from ..rewards import compute_reward
 from ..rollout import get_backend
 from ..sandbox import Sandbox
-from ..tasks import CodeTask, generate_problems, get_task
+from ..tasks import generate_problems, get_task
 from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
@@ -30,10 +32,11 @@ from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
 
 
-def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
+def check_eval_config(cfg: EvalConfig) -> list[Problem]:
+    """Every option checked, before a progress bar draws or a database opens; returns the
+    problems to evaluate on, in their fixed order."""
     from ..train.grpo import at_least, check_sampling, parse_tasks_and_difficulties
 
-    tasks, diffs = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("split", cfg.split, SPLITS)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     at_least(
@@ -46,13 +49,43 @@ def check_eval_config(cfg: EvalConfig) -> tuple[list[str], list[int]]:
     check_load_options(cfg.dtype)
     if cfg.temperature == 0 and cfg.samples != 1:
         raise UserError("greedy decoding (temperature 0) gives one completion per problem: use --samples 1")
+    if cfg.problems_file:
+        problems = read_problems_file(cfg.problems_file)
+    else:
+        tasks, diffs = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
+        problems = [
+            p
+            for t in tasks
+            for d in diffs
+            for p in generate_problems(t, d, cfg.count, seed=cfg.seed, split=cfg.split)
+        ]
     check_model_spec(cfg.model, cfg.tiny_size)
-    return tasks, diffs
+    return problems
+
+
+def read_problems_file(path: str) -> list[Problem]:
+    """The problems of a JSONL file, in file order; any bad line is an error (an evaluation on
+    part of a benchmark would be reported as if on all of it)."""
+    from ..verify_files import load_problems
+
+    if not Path(path).is_file():
+        raise UserError(f"no such problems file: {path}")
+    errors: list[str] = []
+    problems = list(load_problems(path, errors).values())
+    if errors:
+        more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
+        raise UserError(errors[0] + more)
+    if not problems:
+        raise UserError(f"{path} holds no problems")
+    return problems
 
 
 def default_run_name(cfg: EvalConfig) -> str:
     mode = "greedy" if cfg.temperature == 0 else f"t{cfg.temperature:g}x{cfg.samples}"
-    return f"{cfg.model.rstrip('/').replace('/', '_')}-{'+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
+    model = cfg.model.rstrip("/").replace("/", "_")
+    if cfg.problems_file:
+        return f"{model}-{Path(cfg.problems_file).stem}-{mode}-s{cfg.seed}"
+    return f"{model}-{'+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
 
 
 def evaluate(
@@ -61,17 +94,13 @@ def evaluate(
     """Run (or finish) an evaluation; returns its run name and the per-task summary."""
     from ..train.grpo import resolve_prompt_style
 
-    tasks, diffs = check_eval_config(cfg)
+    problems = check_eval_config(cfg)
     name = cfg.run_name or default_run_name(cfg)
-    problems = [
-        p
-        for t in tasks
-        for d in diffs
-        for p in generate_problems(t, d, cfg.count, seed=cfg.seed, split=cfg.split)
-    ]
     settings = {
         k: v for k, v in asdict(cfg).items() if k not in ("db", "run_name", "workers", "batch_size", "device")
     }
+    if not cfg.problems_file:  # as runs stored before the option existed recorded them: they resume
+        del settings["problems_file"]
     with ResultsDB(cfg.db) as db:
         run = db.start_run(name, cfg.model, settings)
         done = db.done(run)
@@ -95,7 +124,7 @@ def _generate_and_store(
 ) -> None:  # fmt: skip
     model, tokenizer, _ = load_for_inference(cfg.model, cfg.dtype, cfg.device, cfg.tiny_size, cfg.seed)
     backend = get_backend("auto", model)
-    needs_sandbox = any(isinstance(get_task(problems[i].task), CodeTask) for i in todo)
+    needs_sandbox = any(get_task(problems[i].task).runs_code for i in todo)
     sandbox = Sandbox(workers=cfg.workers).start() if needs_sandbox else None
     finished = len(problems) - len(todo)
     try:

@@ -45,6 +45,8 @@ class Task:
     stop_strings: ClassVar[tuple[str, ...]] = ()
     # The reward used when the user does not name one (rewards.py).
     default_reward: ClassVar[str] = "code_execution"
+    # Whether scoring runs the completion as code (then training and evaluation start a sandbox).
+    runs_code: ClassVar[bool] = False
 
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
         raise NotImplementedError(f"task {self.name!r} has no generator (its problems are imported)")
@@ -105,6 +107,7 @@ class CodeTask(Task):
     signature: ClassVar[str]
     solution: ClassVar[Callable[..., Any]]
     checker: ClassVar[str | None] = None
+    runs_code = True
     # References run in milliseconds; a correct answer never needs more than this.
     default_limits: ClassVar[Limits] = Limits(call_timeout=2.0, cpu_s=6.0)
     num_examples: ClassVar[int] = 2

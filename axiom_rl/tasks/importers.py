@@ -37,6 +37,7 @@ _FENCE_INSTRUCTION = "Reply with the complete function in a single ```python cod
 
 class ImportedCodeTask(Task):
     generatable = False
+    runs_code = True
     min_difficulty = 0
     max_difficulty = 0
     # MBPP 123's reference takes ~2 CPU-seconds: benchmark problems get more room than ours.

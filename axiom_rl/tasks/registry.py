@@ -41,6 +41,11 @@ def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: boo
         raise UserError("no task given")
     allowed = task_names(generatable=True if generatable else None)
     for n in names:
+        if n in TASKS and n not in allowed:  # an imported benchmark, asked for where problems are generated
+            raise UserError(
+                f"{n} has no generator: import its problems (axiom-rl problems import --format {n} FILE "
+                f"--out {n}.jsonl), then pass that file (eval --problems-file {n}.jsonl, or verify)"
+            )
         if n not in allowed:
             raise UserError(f"unknown task {n!r}; choose from: {', '.join(allowed)}")
     return list(dict.fromkeys(names))

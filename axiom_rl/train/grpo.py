@@ -54,7 +54,7 @@ from ..models.load import (
 from ..rewards import compute_reward, parse_reward_specs
 from ..rollout import BACKENDS, Rollout, get_backend
 from ..sandbox import Sandbox
-from ..tasks import CodeTask, get_task, parse_task_list
+from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
@@ -160,7 +160,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
             f"advantage_params {sorted(unknown)} unknown to {cfg.advantage!r}; it takes: {', '.join(sorted(accepted))}"
         )
     style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
-    needs_sandbox = any(isinstance(get_task(t), CodeTask) for t in tasks)
+    needs_sandbox = any(get_task(t).runs_code for t in tasks)
     return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards))
 
 
