@@ -11,6 +11,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -341,8 +342,6 @@ def resolve_config(
     cls: type, config_path: str | None, overrides: dict[str, Any], resume_key: str = "resume"
 ) -> Any:
     """Defaults <- the resumed run's saved config <- YAML <- command line."""
-    from pathlib import Path
-
     from .config import build_config, coerce, load_yaml
 
     merged: dict[str, Any] = {}
@@ -418,6 +417,9 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
         return 1
     if not result.is_main:
         return 0
+    from .report import plot_run
+
+    plot_run(Path(result.run_dir))  # training.png: reward, KL, length, zero-variance groups per step
     last = result.metrics[-1] if result.metrics else {}
     if result.stopped_early:
         err.print(
@@ -592,8 +594,6 @@ def eval_compare(run_a: str, run_b: str, db: str, fmt: str) -> None:
 
     Rows the model of RUN_B was not trained on (from its axiom_rl.json) are marked, so the
     table doubles as a forgetting check."""
-    from pathlib import Path
-
     from .eval.evaluate import compare, summarize
     from .eval.store import ResultsDB
     from .models.load import read_model_card

@@ -1,4 +1,5 @@
-"""The quickstart's report: report.md and PNG plots in the run directory."""
+"""Plots of a training run (training.png in every `axiom-rl train` run directory) and the
+quickstart's report: report.md and PNG plots in its run directory."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .io import write_text_atomic
+from .io import atomic_open, read_jsonl, write_text_atomic
 
 
 def _smooth(values: list[float], window: int = 20) -> list[float]:
@@ -17,6 +18,29 @@ def _smooth(values: list[float], window: int = 20) -> list[float]:
             acc -= values[i - window]
         out.append(acc / min(i + 1, window))
     return out
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write the figure as a PNG, atomically (a run directory never holds half a file)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    plt.close(fig)
+
+
+def plot_run(run_dir: Path) -> Path | None:
+    """training.png from a run directory's metrics.jsonl (every step, a resumed run's too);
+    None when it has no finished step."""
+    path = run_dir / "metrics.jsonl"
+    metrics = (
+        [line.value for line in read_jsonl(path) if isinstance(line.value, dict)] if path.exists() else []
+    )
+    if not metrics:
+        return None
+    plot_training(metrics, run_dir / "training.png")
+    return run_dir / "training.png"
 
 
 def plot_training(metrics: list[dict[str, Any]], path: Path) -> None:
@@ -42,7 +66,7 @@ def plot_training(metrics: list[dict[str, Any]], path: Path) -> None:
     ax.set_title("reward per step (20-step moving average)")
     ax.legend()
     axes[0][1].plot(steps, [m["kl"] for m in metrics])
-    axes[0][1].set_title("KL to the SFT base (k3 estimate)")
+    axes[0][1].set_title("KL to the reference policy (k3 estimate)")
     axes[1][0].plot(steps, _smooth([m["completion_len_mean"] for m in metrics]))
     axes[1][0].set_title("completion length (tokens)")
     axes[1][1].plot(steps, _smooth([m["zero_std_frac"] for m in metrics]))
@@ -50,9 +74,7 @@ def plot_training(metrics: list[dict[str, Any]], path: Path) -> None:
     for ax in axes.flat:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_accuracy(before: Any, after: Any, control: Any, difficulties: list[int], path: Path) -> None:
@@ -79,9 +101,7 @@ def plot_accuracy(before: Any, after: Any, control: Any, difficulties: list[int]
         ax.set_ylim(0, 1)
     axes[0].set_ylabel("held-out accuracy")
     axes[1].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def success_rate(summary: Any, mode: str, difficulty: int) -> float | None:

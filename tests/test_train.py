@@ -108,6 +108,7 @@ def test_countdown_on_cpu_in_under_a_minute(tmp_path):
         "final_model",
     ):
         assert (run / name).exists(), name
+    assert (run / "training.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")  # the plots of the run
     # What the run writes has the permissions of the umask, like any file the user makes: a
     # teammate can read the model and the config (the temporaries they pass through are 0600/0700).
     umask = current_umask()
