@@ -189,7 +189,10 @@ def load_model_and_tokenizer(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:
-            net = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **hub_options(model=True))
+            # A local directory loads in a moment: no "Loading weights" bar between axiom-rl's own.
+            # A hub name keeps transformers' bars: they show its download.
+            with no_progress_bars() if path.exists() else contextlib.nullcontext():
+                net = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **hub_options(model=True))
             tok = AutoTokenizer.from_pretrained(model, **hub_options())
         except (OSError, ValueError) as e:
             raise UserError(f"cannot load model {model!r}: {str(e).splitlines()[0][:200]}") from None
@@ -199,6 +202,20 @@ def load_model_and_tokenizer(
     if net.generation_config.pad_token_id is None:
         net.generation_config.pad_token_id = tok.pad_token_id
     return net, tok
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers' (and huggingface_hub's) progress bars off for a while, as they were after."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _load_merged_adapter(path: Path, dtype: torch.dtype) -> tuple[Any, Any]:

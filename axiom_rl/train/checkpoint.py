@@ -66,11 +66,11 @@ def save_weights(model: Any, path: Path) -> None:
     which axiom-rl never does, and warns when the base is an adapter directory (a LoRA run that
     started from another one's final model).
     """
-    from transformers.utils import logging as hf_logging
+    from ..models.load import no_progress_bars
 
-    hf_logging.disable_progress_bar()
     adapter_only = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
-    model.save_pretrained(path, safe_serialization=True, **adapter_only)
+    with no_progress_bars():
+        model.save_pretrained(path, safe_serialization=True, **adapter_only)
 
 
 def save_checkpoint(
