@@ -214,7 +214,8 @@ def problems_export(
             rows.extend(p.to_json() for p in generate_problems(task, d, count, seed=seed, split=split))
     n = write_jsonl_atomic(out_path, rows)
     err.print(
-        f"wrote {n} problems ({len(names)} tasks, difficulty {lo}-{hi}, {split} split, seed {seed}) to {out_path}"
+        f"wrote {n} problems ({len(names)} task{'s' * (len(names) != 1)}, difficulty "
+        f"{lo if lo == hi else f'{lo}-{hi}'}, {split} split, seed {seed}) to {out_path}"
     )
 
 
