@@ -32,9 +32,8 @@ from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
 
 
-def check_eval_config(cfg: EvalConfig) -> list[Problem]:
-    """Every option checked, before a progress bar draws or a database opens; returns the
-    problems to evaluate on, in their fixed order."""
+def check_eval_config(cfg: EvalConfig) -> None:
+    """Every option checked, before a progress bar draws or a database opens."""
     from ..train.grpo import at_least, check_sampling, parse_tasks_and_difficulties
 
     choose("split", cfg.split, SPLITS)
@@ -50,17 +49,26 @@ def check_eval_config(cfg: EvalConfig) -> list[Problem]:
     if cfg.temperature == 0 and cfg.samples != 1:
         raise UserError("greedy decoding (temperature 0) gives one completion per problem: use --samples 1")
     if cfg.problems_file:
-        problems = read_problems_file(cfg.problems_file)
+        read_problems_file(cfg.problems_file)
     else:
-        tasks, diffs = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
-        problems = [
-            p
-            for t in tasks
-            for d in diffs
-            for p in generate_problems(t, d, cfg.count, seed=cfg.seed, split=cfg.split)
-        ]
+        parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     check_model_spec(cfg.model, cfg.tiny_size)
-    return problems
+
+
+def eval_problems(cfg: EvalConfig) -> list[Problem]:
+    """The problems to evaluate on, in a fixed order: the file's, or generated from the eval split
+    (hard difficulties of some tasks take seconds to generate: this runs once, under the bar)."""
+    from ..train.grpo import parse_tasks_and_difficulties
+
+    if cfg.problems_file:
+        return read_problems_file(cfg.problems_file)
+    tasks, diffs = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
+    return [
+        p
+        for t in tasks
+        for d in diffs
+        for p in generate_problems(t, d, cfg.count, seed=cfg.seed, split=cfg.split)
+    ]
 
 
 def read_problems_file(path: str) -> list[Problem]:
@@ -94,7 +102,8 @@ def evaluate(
     """Run (or finish) an evaluation; returns its run name and the per-task summary."""
     from ..train.grpo import resolve_prompt_style
 
-    problems = check_eval_config(cfg)
+    check_eval_config(cfg)
+    problems = eval_problems(cfg)
     name = cfg.run_name or default_run_name(cfg)
     settings = {
         k: v for k, v in asdict(cfg).items() if k not in ("db", "run_name", "workers", "batch_size", "device")
