@@ -298,11 +298,12 @@ def test_a_lora_run_of_the_built_in_model_saves_its_final_model_merged(tmp_path)
 # ---------------------------------------------------------------------------------- resume
 
 
-def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path):
-    straight = train(small(tmp_path, steps=4, output_dir=str(tmp_path / "a")))
-    half = train(small(tmp_path, steps=2, output_dir=str(tmp_path / "b")))
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, finetune):
+    straight = train(small(tmp_path, steps=4, finetune=finetune, output_dir=str(tmp_path / "a")))
+    half = train(small(tmp_path, steps=2, finetune=finetune, output_dir=str(tmp_path / "b")))
     assert len(half.metrics) == 2
-    resumed = train(small(tmp_path, steps=4, output_dir=str(tmp_path / "b"), resume=True))
+    resumed = train(small(tmp_path, steps=4, finetune=finetune, output_dir=str(tmp_path / "b"), resume=True))
     assert [r["step"] for r in resumed.metrics] == [3, 4]
     on_disk = [json.loads(line) for line in (tmp_path / "b/metrics.jsonl").read_text().splitlines()]
     assert strip_timing(on_disk) == strip_timing(straight.metrics)
