@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -293,6 +294,56 @@ def test_a_lora_run_of_the_built_in_model_saves_its_final_model_merged(tmp_path)
     assert not any(
         "lora" in name for name, _ in AutoModelForCausalLM.from_pretrained(final).named_parameters()
     )
+
+
+class HalfFlat(CountLetters):
+    """Half its problems score every completion alike (a group with no reward variance), half
+    score like test_letters; the prompt says which. It remembers each problem it scored."""
+
+    name = "test_half_flat"
+    prompts: ClassVar[dict[str, str]] = {}
+
+    def generate(self, rng: random.Random, difficulty: int) -> Problem:
+        kind = "flat" if rng.random() < 0.5 else "varied"
+        return Problem(
+            id="x", task=self.name, difficulty=difficulty, prompt=f"{kind}{rng.randint(0, 10**9)}\n"
+        )
+
+    def score(self, problem: Problem, completion: str, sandbox=None, limits=None) -> Verdict:
+        self.prompts[problem.id] = problem.prompt
+        if problem.prompt.startswith("flat"):
+            return Verdict(WRONG_ANSWER, 0, 8)
+        return super().score(problem, completion)
+
+
+def test_dynamic_sampling_replaces_flat_groups_and_keeps_each_row_with_its_own_problem(tmp_path):
+    """DAPO's dynamic sampling: groups whose rewards are all equal are swapped for fresh prompts'
+    groups. Every logged row's reward must be its own problem's score of its own completion
+    (a swap that moved one list and not another would break that), and the step ends with no
+    more flat groups than it sampled."""
+    from axiom_rl.rewards import compute_reward
+
+    register_task(HalfFlat)
+    try:
+        result = train(
+            small(tmp_path, tasks=["test_half_flat"], steps=4, prompts_per_step=4, samples_per_step=4,
+                  dynamic_sampling=True, dynamic_sampling_rounds=3)
+        )  # fmt: skip
+        rows = [json.loads(line) for line in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+        prompts = dict(HalfFlat.prompts)
+        for row in rows:
+            problem = Problem(row["problem_id"], "test_half_flat", 1, prompts[row["problem_id"]])
+            verdict = HalfFlat().score(problem, row["completion"])
+            assert row["reward"] == compute_reward(problem, row["completion"], verdict)[0], row
+    finally:
+        TASKS.pop("test_half_flat", None)
+    metrics = result.metrics
+    assert sum(m["refilled_groups"] for m in metrics) > 0
+    assert all(m["zero_std_frac"] <= m["zero_std_frac_sampled"] for m in metrics)
+    assert any(m["zero_std_frac"] < m["zero_std_frac_sampled"] for m in metrics)
+    assert all(m["completions"] == 4 * 4 for m in metrics)  # the batch keeps its size
+    flat_logged = [r for r in rows if prompts[r["problem_id"]].startswith("flat")]
+    assert len(flat_logged) < len(rows) / 2  # refills pushed flat groups out of the batch
 
 
 # ---------------------------------------------------------------------------------- resume
