@@ -349,12 +349,19 @@ def test_dynamic_sampling_replaces_flat_groups_and_keeps_each_row_with_its_own_p
 # ---------------------------------------------------------------------------------- resume
 
 
-@pytest.mark.parametrize("finetune", ["full", "lora"])
-def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, finetune):
-    straight = train(small(tmp_path, steps=4, finetune=finetune, output_dir=str(tmp_path / "a")))
-    half = train(small(tmp_path, steps=2, finetune=finetune, output_dir=str(tmp_path / "b")))
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"finetune": "lora"}, {"advantage": "krpo", "krpo_key": "task"}],
+    ids=["full", "lora", "krpo"],
+)
+def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, options):
+    """KRPO: its Kalman filter's state is checkpointed too (keyed by task, it carries over every
+    step; keyed by problem, a stream of fresh problems would never read it back)."""
+    options = dict(options, steps=4)
+    straight = train(small(tmp_path, **options, output_dir=str(tmp_path / "a")))
+    half = train(small(tmp_path, **dict(options, steps=2), output_dir=str(tmp_path / "b")))
     assert len(half.metrics) == 2
-    resumed = train(small(tmp_path, steps=4, finetune=finetune, output_dir=str(tmp_path / "b"), resume=True))
+    resumed = train(small(tmp_path, **options, output_dir=str(tmp_path / "b"), resume=True))
     assert [r["step"] for r in resumed.metrics] == [3, 4]
     on_disk = [json.loads(line) for line in (tmp_path / "b/metrics.jsonl").read_text().splitlines()]
     assert strip_timing(on_disk) == strip_timing(straight.metrics)
