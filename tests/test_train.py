@@ -370,6 +370,18 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, options
     assert any(r["grad_norm"] > 0 and r["reward_std"] > 0 for r in straight.metrics)
 
 
+def test_a_time_budget_ends_the_run_like_its_last_step(tmp_path):
+    """--max-seconds: the step under way finishes, then the run ends as if that were its last
+    step (checkpoint, final model), not as an interruption."""
+    result = train(small(tmp_path, steps=10_000, max_seconds=2))
+    assert 1 <= result.steps < 10_000 and not result.stopped_early
+    run = tmp_path / "run"
+    assert (run / "final_model/model.safetensors").exists()
+    assert (run / f"checkpoints/step-{result.steps}").exists()
+    assert f"time budget of 2s reached at step {result.steps}" in (run / "train.log").read_text()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == result.steps
+
+
 def test_an_existing_run_is_not_overwritten(tmp_path):
     train(small(tmp_path))
     before = (tmp_path / "run/metrics.jsonl").read_bytes()
