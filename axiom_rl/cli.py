@@ -21,8 +21,17 @@ from rich.table import Table
 from .config import EvalConfig, SFTConfig, TrainConfig
 from .errors import UserError
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def _console(stderr: bool = False) -> Console:
+    """A rich console. Off a terminal (a pipe, a log file) it is 200 columns wide unless COLUMNS
+    says otherwise: rich's default there, 80, cut the eval summary's headers to 'dif…'."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=200 if wide else None)
+
+
+out = _console()
+err = _console(stderr=True)
 
 
 def parse_range(text: str) -> tuple[int, int]:

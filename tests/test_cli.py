@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -167,6 +168,17 @@ def test_import_rejects_a_file_of_the_wrong_format(capsys, tmp_path):
         capsys, "problems", "import", "--format", "mbpp", str(bad), "--out", str(tmp_path / "o.jsonl")
     )
     assert code == 2 and "bad.jsonl:1: not a MBPP record" in err
+
+
+def test_tables_keep_their_width_when_the_output_is_not_a_terminal():
+    """Piped or logged, rich assumed 80 columns and cut or wrapped every wide table."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "axiom_rl", "problems", "list"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("humaneval"))
+    assert line.endswith("import with `axiom-rl problems import --format humaneval`.")
 
 
 def test_console_script_entry_point_runs():

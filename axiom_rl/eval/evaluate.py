@@ -124,6 +124,8 @@ def evaluate(
                 resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size)),
                 progress,
             )
+        elif progress is not None:  # a finished run asked again: its bar shows it done, not 0/?
+            progress(len(problems), len(problems))
         return name, summarize(db.attempts(run))
 
 
