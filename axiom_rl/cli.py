@@ -531,6 +531,9 @@ def sft(config_path: str | None, **options: Any) -> None:
     check_sft_config(cfg)
     with phase_bar("SFT") as progress:
         final = run_sft(cfg, progress=progress)
+    from .report import plot_run
+
+    plot_run(Path(final).parent)  # training.png: the loss and learning rate per step
     err.print(f"done: {final}")
 
 

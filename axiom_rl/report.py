@@ -31,7 +31,8 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def plot_run(run_dir: Path) -> Path | None:
-    """training.png from a run directory's metrics.jsonl (every step, a resumed run's too);
+    """training.png from a run directory's metrics.jsonl (every step, a resumed run's too): a
+    GRPO run's rewards, KL, lengths and flat groups, or an SFT run's loss and learning rate.
     None when it has no finished step."""
     path = run_dir / "metrics.jsonl"
     metrics = (
@@ -39,8 +40,30 @@ def plot_run(run_dir: Path) -> Path | None:
     )
     if not metrics:
         return None
-    plot_training(metrics, run_dir / "training.png")
+    plot = plot_training if "reward_mean" in metrics[0] else plot_sft
+    plot(metrics, run_dir / "training.png")
     return run_dir / "training.png"
+
+
+def plot_sft(metrics: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [m["step"] for m in metrics]
+    fig, (loss_ax, lr_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
+    loss = [m["loss"] for m in metrics]
+    loss_ax.plot(steps, loss, alpha=0.3, label="loss")
+    loss_ax.plot(steps, _smooth(loss), label="20-step moving average")
+    loss_ax.set_title("SFT loss (completion tokens)")
+    loss_ax.legend()
+    lr_ax.plot(steps, [m["lr"] for m in metrics])
+    lr_ax.set_title("learning rate")
+    for ax in (loss_ax, lr_ax):
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    _save(fig, path)
 
 
 def plot_training(metrics: list[dict[str, Any]], path: Path) -> None:

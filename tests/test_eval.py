@@ -303,6 +303,13 @@ def test_sft_on_reference_solutions_learns_the_format(tmp_path):
     assert summary[0]["statuses"].get("format_error", 0) < 20  # it writes answers in tags now
 
 
+def test_the_sft_command_plots_its_loss(tmp_path, capsys):
+    run = tmp_path / "sft"
+    assert main(["sft", "--tiny-size", "nano", "--steps", "3", "--output-dir", str(run)]) == 0
+    assert (run / "training.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert f"done: {run / 'final_model'}" in capsys.readouterr().err
+
+
 def test_sft_from_the_samples_of_an_evaluation(tmp_path):
     db = tmp_path / "r.db"
     problems = generate_problems("countdown", 1, 5, split="eval")
