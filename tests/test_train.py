@@ -234,8 +234,9 @@ def _random_adapter(base_net, base_name: str, out: Path, seed: int) -> None:
 def test_a_lora_runs_final_model_evaluates_and_trains_on_with_its_adapter_merged(tmp_path):
     """A LoRA run's final_model is an adapter directory. eval and train load it as its base with
     the adapter merged; a LoRA run started from it saves an adapter naming that directory as its
-    base, so loading the second adapter brings back both (before, eval refused the directory, and
-    the second adapter named the original base: loading it silently dropped the first)."""
+    base, so loading the second adapter brings back both. (Before, eval and train refused the
+    directory. Merged without that name, the second adapter would record the original base, and
+    loading it would silently drop the first.)"""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
