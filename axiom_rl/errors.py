@@ -7,6 +7,7 @@ with a traceback.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 
@@ -20,3 +21,18 @@ def choose(kind: str, name: str, allowed: Iterable[str]) -> str:
     if name not in allowed:
         raise UserError(f"unknown {kind} {name!r}; choose from: {', '.join(allowed)}")
     return name
+
+
+def at_least(*checks: tuple[str, float, float]) -> None:
+    """Each (name, value, lowest allowed): a finite number no lower, else a one-line UserError
+    (written so that NaN fails too: every comparison with NaN is False)."""
+    for name, value, low in checks:
+        if not (math.isfinite(value) and value >= low):
+            raise UserError(f"{name} must be >= {low:g}, got {value}")
+
+
+def positive(*checks: tuple[str, float]) -> None:
+    """Each (name, value): a finite number above 0, else a one-line UserError."""
+    for name, value in checks:
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"{name} must be > 0, got {value}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import UserError, positive
 from .io import read_jsonl
 from .rewards import compute_reward
 from .sandbox import Sandbox
@@ -77,8 +77,7 @@ def verify_files(
         raise UserError(f"{completions_path}: no completions")
     limits_for = None
     if timeout is not None:
-        if timeout <= 0:
-            raise UserError(f"--timeout must be positive, got {timeout}")
+        positive(("--timeout", timeout))
         limits_for = timeout
     tick = progress(len(todo)) if progress else None
     verdicts = verify_many(

@@ -102,6 +102,18 @@ def test_outputs_that_cannot_be_written_are_one_line_errors(capsys, tmp_path, mo
     assert (tmp_path / "afile").read_text() == "not a directory"
 
 
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf"])
+def test_verify_refuses_a_timeout_that_is_not_a_positive_number(capsys, tmp_path, timeout):
+    """NaN passed the old `timeout <= 0` check, and every submission then failed."""
+    problems, completions = tmp_path / "p.jsonl", tmp_path / "c.jsonl"
+    assert run(capsys, "problems", "export", "--task", "lcs", "--count", "1", "--out", str(problems))[0] == 0
+    completions.write_text(
+        json.dumps({"problem_id": json.loads(problems.read_text())["id"], "completion": "x"})
+    )
+    code, out, err = run(capsys, "verify", str(problems), str(completions), "--timeout", timeout)
+    assert code == 2 and err.startswith("axiom-rl: error: --timeout must be > 0") and not out
+
+
 def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
     problems = tmp_path / "p.jsonl"
     assert (

@@ -516,7 +516,12 @@ def test_bad_options_stop_before_the_run_directory_is_made(capsys, tmp_path, com
 
 @pytest.mark.parametrize(
     "args, message",
-    [(["--top-p", "2"], "top_p must be in (0, 1]"), (["--dtype", "bf17"], "unknown dtype 'bf17'")],
+    [
+        (["--top-p", "2"], "top_p must be in (0, 1]"),
+        (["--dtype", "bf17"], "unknown dtype 'bf17'"),
+        (["--workers", "0"], "workers must be >= 1, got 0"),
+        (["--timeout", "nan"], "timeout must be > 0, got nan"),
+    ],
 )
 def test_eval_checks_its_options_before_it_starts(capsys, tmp_path, args, message):
     db = tmp_path / "e.sqlite"

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..config import EvalConfig
-from ..errors import UserError, choose
+from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, load_for_inference
 from ..rewards import compute_reward
 from ..rollout import get_backend
@@ -34,7 +34,7 @@ from .store import Attempt, ResultsDB, Run
 
 def check_eval_config(cfg: EvalConfig) -> None:
     """Every option checked, before a progress bar draws or a database opens."""
-    from ..train.grpo import at_least, check_sampling, parse_tasks_and_difficulties
+    from ..train.grpo import check_sampling, parse_tasks_and_difficulties
 
     choose("split", cfg.split, SPLITS)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
@@ -44,6 +44,10 @@ def check_eval_config(cfg: EvalConfig) -> None:
         ("batch_size", cfg.batch_size, 1),
         ("max_completion_length", cfg.max_completion_length, 1),
     )
+    if cfg.workers is not None:
+        at_least(("workers", cfg.workers, 1))
+    if cfg.timeout is not None:
+        positive(("timeout", cfg.timeout))
     check_sampling(cfg.temperature, cfg.top_p)
     check_load_options(cfg.dtype)
     if cfg.temperature == 0 and cfg.samples != 1:

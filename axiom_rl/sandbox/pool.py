@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import queue
 import select
@@ -59,8 +60,8 @@ class Limits:
         all of it. None leaves the limits as they are."""
         if seconds is None:
             return self
-        if seconds <= 0:
-            raise ValueError("timeout must be positive")
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {seconds}")
         return replace(self, cpu_s=float(seconds), call_timeout=float(seconds))
 
 

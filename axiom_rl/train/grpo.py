@@ -40,7 +40,7 @@ import torch
 from ..algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages, policy_loss
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, save_config
-from ..errors import UserError, choose
+from ..errors import UserError, at_least, choose, positive
 from ..io import ensure_dir
 from ..models.load import (
     MODEL_CARD,
@@ -404,21 +404,6 @@ def optimizer_step(
         "time_backward_s": time_backward,
         **totals,
     }
-
-
-def at_least(*checks: tuple[str, float, float]) -> None:
-    """Each (name, value, lowest allowed): a finite number no lower, else a one-line UserError
-    (written so that NaN fails too: every comparison with NaN is False)."""
-    for name, value, low in checks:
-        if not (math.isfinite(value) and value >= low):
-            raise UserError(f"{name} must be >= {low:g}, got {value}")
-
-
-def positive(*checks: tuple[str, float]) -> None:
-    """Each (name, value): a finite number above 0, else a one-line UserError."""
-    for name, value in checks:
-        if not (math.isfinite(value) and value > 0):
-            raise UserError(f"{name} must be > 0, got {value}")
 
 
 def check_sampling(temperature: float, top_p: float) -> None:

@@ -77,7 +77,8 @@ def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tup
 
 
 def check_sft_config(cfg: SFTConfig) -> str:
-    from .grpo import at_least, check_training_options, parse_tasks_and_difficulties, resolve_prompt_style
+    from ..errors import at_least
+    from .grpo import check_training_options, parse_tasks_and_difficulties, resolve_prompt_style
 
     parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
