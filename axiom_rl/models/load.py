@@ -129,8 +129,8 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
         AutoConfig.from_pretrained(model, **hub_options())
     except Exception as e:  # offline, gated, misspelt: all mean "cannot use this name"
         reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        if hub_unreachable():
-            reason = f"the hub cannot be reached, {hub_unreachable()}, and the name is not in the local cache"
+        if unreachable := hub_unreachable():
+            reason = f"the hub cannot be reached, {unreachable}, and the name is not in the local cache"
         raise UserError(
             f"cannot load model {model!r} from the Hugging Face hub ({reason}); pass 'tiny' or a local directory"
         ) from None
@@ -179,7 +179,13 @@ def load_model_and_tokenizer(
     into the weights: a plain model, which evaluates without peft in the way and trains on from
     there (with LoRA, a new adapter, and the merged model as the KL reference).
     """
-    if check_model_spec(model, tiny_size) == "tiny":
+    check_model_spec(model, tiny_size)  # once: for an adapter, every link of its chain
+    return _load_checked(model, dtype, tiny_size, seed)
+
+
+def _load_checked(model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed: int = 0) -> tuple[Any, Any]:
+    """load_model_and_tokenizer after check_model_spec has passed `model`."""
+    if model == "tiny":
         net, tok = build_tiny_model(tiny_size, seed=seed)
         return net.to(dtype), tok
     path = Path(model).expanduser()
@@ -221,12 +227,12 @@ def no_progress_bars() -> Iterator[None]:
 def _load_merged_adapter(path: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     """An adapter's base (itself possibly an adapter directory: a LoRA run that started from
     another one) with the adapter merged in, and the tokenizer saved beside it (else the base's).
-    check_adapter_chain has checked every link."""
+    check_adapter_chain has checked every link, so the base loads without checking it again."""
     from peft import PeftModel
     from transformers import AutoTokenizer
 
     base = adapter_base(path)
-    net, tok = load_model_and_tokenizer(base, dtype)
+    net, tok = _load_checked(base, dtype)
     try:
         net = PeftModel.from_pretrained(net, path).merge_and_unload()
         if (path / "tokenizer_config.json").exists():
@@ -323,7 +329,7 @@ def load_policy(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     check_model_spec(model, tiny_size)
-    net, tok = load_model_and_tokenizer(model, torch_dtype, tiny_size, seed)
+    net, tok = _load_checked(model, torch_dtype, tiny_size, seed)
     # auto: LoRA where it pays (large models); small ones train fully.
     use_lora = finetune == "lora" or (
         finetune == "auto" and sum(p.numel() for p in net.parameters()) > LORA_AUTO_PARAMS
