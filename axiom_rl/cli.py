@@ -662,7 +662,6 @@ def emit_comparison(rows: list[dict[str, Any]], run_a: str, run_b: str, fmt: str
 @click.option("--db", default="results.db", show_default=True, help="The results database.")
 def eval_list(db: str) -> None:
     """The evaluation runs stored in a database."""
-
     from .eval.store import ResultsDB
 
     with ResultsDB(db, create=False) as store:

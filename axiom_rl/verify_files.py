@@ -75,13 +75,11 @@ def verify_files(
             todo.append((problems[v["problem_id"]], v["completion"]))
     if not todo and not report.errors:
         raise UserError(f"{completions_path}: no completions")
-    limits_for = None
     if timeout is not None:
         positive(("--timeout", timeout))
-        limits_for = timeout
     tick = progress(len(todo)) if progress else None
     verdicts = verify_many(
-        [p for p, _ in todo], [c for _, c in todo], sandbox, timeout=limits_for, progress=tick
+        [p for p, _ in todo], [c for _, c in todo], sandbox, timeout=timeout, progress=tick
     )
     for (problem, completion), verdict in zip(todo, verdicts):
         reward, components = compute_reward(problem, completion, verdict)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..config import SFTConfig, save_config
-from ..errors import UserError, choose
+from ..errors import UserError, at_least, choose
 from ..io import ensure_dir
 from ..models.load import check_model_spec, load_policy
 from ..tasks import get_task
@@ -77,7 +77,6 @@ def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tup
 
 
 def check_sft_config(cfg: SFTConfig) -> str:
-    from ..errors import at_least
     from .grpo import check_training_options, parse_tasks_and_difficulties, resolve_prompt_style
 
     parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
