@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -222,6 +223,17 @@ def test_eval_user_errors(tmp_path, model_dir, capsys, args, message):
     code = main([*args, "--db", str(db)])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("inner", ["final_model", "model"])
+def test_a_directory_holding_a_model_one_level_down_is_named_in_the_error(tmp_path, model_dir, capsys, inner):
+    outer = tmp_path / "run-or-checkpoint"  # a run holds final_model/, a checkpoint model/
+    shutil.copytree(model_dir, outer / inner)
+    (outer / "config.json").write_text('{"steps": 3}')  # a run's own config, not a model's
+    code = main(["eval", "--model", str(outer), "--count", "2", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"pass {outer / inner}" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.db").exists()
 
 
 def test_eval_refuses_a_foreign_database(tmp_path, model_dir, capsys):

@@ -116,9 +116,9 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
     if path.exists():
         if (path / ADAPTER_CONFIG).exists():
             check_adapter_chain(path)  # a LoRA run's final_model: its base must load too
-        elif not (path / "config.json").exists():
+        elif not _is_model_config(path / "config.json"):  # a run directory has a config.json too
             raise UserError(
-                f"{model} is not a model directory (no config.json); expected save_pretrained output"
+                f"{model} is not a model directory (no model's config.json); {_model_inside(path)}"
             )
         return "local"
     if model.startswith((".", "/", "~")) or os.sep in model.strip("/").split("/", 1)[-1]:
@@ -135,6 +135,23 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
             f"cannot load model {model!r} from the Hugging Face hub ({reason}); pass 'tiny' or a local directory"
         ) from None
     return "hub"
+
+
+def _is_model_config(path: Path) -> bool:
+    import json
+
+    try:
+        return "model_type" in json.loads(path.read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _model_inside(path: Path) -> str:
+    """Where the model is, for a directory that holds one a level down (a run, a checkpoint)."""
+    for inner, what in (("final_model", "a training run"), ("model", "a training checkpoint")):
+        if (path / inner / "config.json").exists() or (path / inner / ADAPTER_CONFIG).exists():
+            return f"it is {what}: pass {path / inner}"
+    return "expected save_pretrained output"
 
 
 def adapter_base(path: Path) -> str:
