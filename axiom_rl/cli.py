@@ -6,6 +6,7 @@ Exit codes (DESIGN.md): 0 success, 2 a user error (one line on stderr), 1 an int
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -370,6 +371,12 @@ def resolve_config(
             raise UserError(f"{saved} is not a readable run config ({e}); cannot resume from it") from None
         if not isinstance(saved_config, dict):
             raise UserError(f"{saved} is not a readable run config; cannot resume from it")
+        if foreign := sorted(set(saved_config) - {f.name for f in dataclasses.fields(cls)}):
+            # e.g. an SFT run's directory given to train --resume
+            raise UserError(
+                f"{out_dir} holds no 'axiom-rl train' run to resume (its config.json has options "
+                f"train does not know: {', '.join(foreign[:4])})"
+            )
         merged.update(saved_config)
     merged.update(from_yaml)
     merged.update(overrides)

@@ -545,6 +545,15 @@ def test_resume_settings_are_checked_and_the_command_line_wins(capsys, tmp_path)
     (tmp_path / "r" / "config.json").write_text("{truncated")
     assert main(["train", "--resume", "--output-dir", str(tmp_path / "r")]) == 2
     assert "config.json is not a readable run config" in capsys.readouterr().err
+    sft_run = tmp_path / "sft"  # an SFT run's directory is not a GRPO run to resume
+    sft_args = ["--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--steps", "1"]
+    assert main(["sft", *sft_args, "--output-dir", str(sft_run)]) == 0
+    capsys.readouterr()
+    saved = (sft_run / "config.json").read_text()
+    assert main(["train", "--resume", "--output-dir", str(sft_run)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no 'axiom-rl train' run to resume" in err and "from_samples" in err
+    assert len(err.strip().splitlines()) == 1 and (sft_run / "config.json").read_text() == saved
 
 
 def test_a_damaged_checkpoint_is_named_with_the_way_out(capsys, tmp_path):
