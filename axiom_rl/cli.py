@@ -558,7 +558,7 @@ def eval(ctx: click.Context, **options: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from .config import build_config
-    from .eval.evaluate import check_eval_config, default_run_name, evaluate
+    from .eval.evaluate import check_eval_config, evaluate
 
     cfg = build_config(EvalConfig, None, gather_overrides(options))
     check_eval_config(cfg)
@@ -567,7 +567,7 @@ def eval(ctx: click.Context, **options: Any) -> None:
     print_eval_summary(name, summary)
     err.print(
         f"stored as run {name!r} in {cfg.db}"
-        + ("" if cfg.run_name else f" (pass --run-name to choose; default {default_run_name(cfg)!r})")
+        + ("" if cfg.run_name else " (named from the options; --run-name chooses)")
     )
 
 

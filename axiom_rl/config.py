@@ -211,7 +211,7 @@ class EvalConfig:
     """Problems per task and difficulty."""
     problems_file: str = ""
     """Evaluate on the problems of this JSONL file instead (`problems import` output: HumanEval,
-    MBPP; or `problems export`); --task, --difficulty, --count and --split are then unused."""
+    MBPP; or `problems export`), all of them; not with --task, --difficulty, --count or --split."""
     samples: int = 1
     """Completions per problem (K, for pass@k)."""
     temperature: float = 0.0

@@ -282,6 +282,19 @@ def test_eval_on_an_imported_benchmark_file(tmp_path, capsys):
     subset.write_text(subset.read_text() + "{not json\n" + '{"id": "x", "task": "nope"}\n')
     code, _, err = run_cli(capsys, "eval", "--model", "tiny", "--problems-file", str(subset), "--db", str(db))
     assert code == 2 and err.startswith(f"axiom-rl: error: {subset}:4: ") and "(and 1 more bad lines)" in err
+    code, _, err = run_cli(  # options that choose generated problems are refused, not ignored
+        capsys,
+        "eval",
+        "--model",
+        "tiny",
+        "--problems-file",
+        str(imported),
+        "--count",
+        "30",
+        "--split",
+        "train",
+    )
+    assert code == 2 and "--count and --split cannot be used with --problems-file" in err
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:

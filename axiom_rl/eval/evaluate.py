@@ -31,6 +31,9 @@ from ..verifier import verify_many
 from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
 
+# The options that choose generated problems, which a --problems-file replaces.
+GENERATION_OPTIONS = {"tasks": "--task", "difficulty": "--difficulty", "count": "--count", "split": "--split"}
+
 
 def check_eval_config(cfg: EvalConfig) -> None:
     """Every option checked, before a progress bar draws or a database opens."""
@@ -53,6 +56,14 @@ def check_eval_config(cfg: EvalConfig) -> None:
     if cfg.temperature == 0 and cfg.samples != 1:
         raise UserError("greedy decoding (temperature 0) gives one completion per problem: use --samples 1")
     if cfg.problems_file:
+        defaults = EvalConfig()
+        if given := [
+            flag for o, flag in GENERATION_OPTIONS.items() if getattr(cfg, o) != getattr(defaults, o)
+        ]:
+            raise UserError(
+                f"{' and '.join(given)} cannot be used with --problems-file, which evaluates every problem "
+                "of its file (to evaluate fewer, write fewer lines to a file)"
+            )
         read_problems_file(cfg.problems_file)
     else:
         parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
