@@ -624,7 +624,10 @@ def test_two_processes_with_accelerate_launch(tmp_path):
     assert (run / "final_model/model.safetensors").exists()
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+TRAIN_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.name.endswith("-sft.yaml"))
+
+
+@pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path, monkeypatch):
     from axiom_rl.config import build_config
     from axiom_rl.train import grpo
@@ -634,3 +637,17 @@ def test_shipped_configs_are_valid(path, monkeypatch):
     monkeypatch.setattr(grpo, "check_model_spec", lambda model, size: "tiny" if model == "tiny" else "hub")
     plan = grpo.plan_run(cfg)
     assert plan.tasks and cfg.steps >= 1
+
+
+def test_the_cpu_recipe_runs_its_two_configs_in_order(tmp_path, monkeypatch, capsys):
+    """configs/tiny-cpu-sft.yaml then configs/tiny-cpu.yaml, as their comments say to run them
+    (a few steps each): the second finds the first's model where the first wrote it."""
+    monkeypatch.chdir(tmp_path)
+    sft_config, train_config = REPO / "configs/tiny-cpu-sft.yaml", REPO / "configs/tiny-cpu.yaml"
+    assert "--output-dir runs/tiny-sft" in sft_config.read_text()
+    assert main(["sft", "--config", str(sft_config), "--steps", "2", "--output-dir", "runs/tiny-sft"]) == 0
+    assert main(["train", "--config", str(train_config), "--steps", "2", "--output-dir", "runs/tiny"]) == 0
+    assert (
+        json.loads((tmp_path / "runs/tiny/config.json").read_text())["model"] == "runs/tiny-sft/final_model"
+    )
+    assert (tmp_path / "runs/tiny/final_model/model.safetensors").exists()
