@@ -651,3 +651,23 @@ def test_the_cpu_recipe_runs_its_two_configs_in_order(tmp_path, monkeypatch, cap
         json.loads((tmp_path / "runs/tiny/config.json").read_text())["model"] == "runs/tiny-sft/final_model"
     )
     assert (tmp_path / "runs/tiny/final_model/model.safetensors").exists()
+
+
+def test_a_run_with_nothing_to_learn_from_says_so_once(tmp_path):
+    """A random model on Countdown never earns a reward: after STALL_STEPS rollouts of all-zero
+    advantages the user is told why, once; a task whose rewards vary within groups says nothing."""
+    from axiom_rl.train.grpo import STALL_STEPS
+
+    said: list[str] = []
+    flat = small(tmp_path, tasks=["countdown"], steps=STALL_STEPS + 2, max_completion_length=4)
+    train(flat, say=said.append)
+    warnings = [m for m in said if m.startswith("warning:")]
+    assert len(warnings) == 1 and "never earns a reward" in warnings[0] and "axiom-rl sft" in warnings[0]
+    assert (
+        sum("nothing to learn from" in line for line in (tmp_path / "run/train.log").read_text().splitlines())
+        == 1
+    )
+
+    said.clear()
+    train(small(tmp_path, steps=STALL_STEPS + 2, output_dir=str(tmp_path / "letters")), say=said.append)
+    assert not any(m.startswith("warning:") for m in said)

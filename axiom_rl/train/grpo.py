@@ -561,6 +561,7 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
             stack.enter_context(sandbox)
         stack.callback(log.close)
         started = time.perf_counter()
+        flat_steps = 0  # rollouts in a row whose advantages were all 0
         while step < cfg.steps:
             if parallel.total(float(stop.requested)) > 0:  # every rank stops at the same step
                 break
@@ -598,6 +599,12 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
             keep = torch.tensor(usable(scored.verdicts), dtype=torch.float32, device=policy.device)
             batch.completion_mask *= keep.unsqueeze(1)
             advantages = info.advantages.to(policy.device)
+            flat_steps = flat_steps + 1 if not bool(info.advantages.any()) else 0
+            if flat_steps == STALL_STEPS:
+                warning = stall_warning(flat_steps, float(rewards.mean()))
+                log.info(f"warning: {warning}")
+                if parallel.is_main:
+                    say(f"warning: {warning}")
             # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
             start = time.perf_counter()
             ref = None
@@ -689,6 +696,24 @@ def merge_ranks(row: dict[str, Any], rewards: torch.Tensor, parallel: Parallel) 
 def _flat_fraction(rewards: torch.Tensor, g: int) -> float:
     r = rewards.view(-1, g)
     return float(((r.max(1).values - r.min(1).values) <= 1e-6).float().mean())
+
+
+STALL_STEPS = 10  # this many rollouts in a row with every advantage 0: say so, once
+
+
+def stall_warning(steps: int, reward_mean: float) -> str:
+    """What to tell a user whose run has had `steps` rollouts in a row with nothing to learn from:
+    every group's completions scored alike, so every advantage was 0 (and the policy gradient)."""
+    why = f"the last {steps} rollouts had nothing to learn from: in every group all completions got the same reward"
+    if reward_mean == 0.0:
+        return (
+            f"{why} (0: the model never earns a reward). Start from a model that writes the answer "
+            "format (axiom-rl sft; see docs/training.md) or use an easier --difficulty"
+        )
+    return (
+        f"{why} (mean {reward_mean:.3f}). A harder --difficulty, a higher --temperature or more "
+        "--num-generations give the groups something to compare"
+    )
 
 
 def step_metrics(
