@@ -345,6 +345,23 @@ def config_options(
     return decorate
 
 
+config_file_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="YAML file of options (the command line overrides it).",
+)
+
+
+def options_from(config_path: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The YAML file's options, then those given on the command line on top."""
+    from .config import load_yaml
+
+    merged = dict(load_yaml(config_path)) if config_path else {}
+    merged.update(gather_overrides(options))
+    return merged
+
+
 def gather_overrides(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
@@ -399,12 +416,7 @@ def training_progress(
 
 
 @cli.command(cls=_SeedsFlags, context_settings={"max_content_width": 110})
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="YAML file of options (the command line overrides it).",
-)
+@config_file_option
 @click.option("--all", "all_tasks", is_flag=True, help="Train on every generated task.")
 @config_options(TrainConfig, {"tasks": ["--task"], "num_generations": ["--generations"]})
 def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
@@ -518,23 +530,16 @@ def problems_check(count: int) -> int:
 
 
 @cli.command(context_settings={"max_content_width": 110})
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="YAML file of options (the command line overrides it).",
-)
+@config_file_option
 @config_options(SFTConfig, {"tasks": ["--task"]})
 def sft(config_path: str | None, **options: Any) -> None:
     """Supervised fine-tuning on reference solutions, or with --from-samples RUN on a model's own
     verified-correct completions (rejection sampling); loss on completion tokens only."""
-    from .config import build_config, load_yaml
+    from .config import build_config
     from .train.sft import check_sft_config
     from .train.sft import sft as run_sft
 
-    merged = dict(load_yaml(config_path)) if config_path else {}
-    merged.update(gather_overrides(options))
-    cfg = build_config(SFTConfig, None, merged)
+    cfg = build_config(SFTConfig, None, options_from(config_path, options))
     check_sft_config(cfg)
     with phase_bar("SFT") as progress:
         final = run_sft(cfg, progress=progress)
@@ -548,9 +553,10 @@ def sft(config_path: str | None, **options: Any) -> None:
 
 
 @cli.group(invoke_without_command=True, context_settings={"max_content_width": 110})
+@config_file_option
 @config_options(EvalConfig, {"tasks": ["--task"]})
 @click.pass_context
-def eval(ctx: click.Context, **options: Any) -> None:
+def eval(ctx: click.Context, config_path: str | None, **options: Any) -> None:
     """Evaluate a model on held-out problems; every attempt goes into an SQLite database.
 
     Subcommands: `eval compare A B` (before/after table), `eval list` (runs in a database).
@@ -560,7 +566,7 @@ def eval(ctx: click.Context, **options: Any) -> None:
     from .config import build_config
     from .eval.evaluate import check_eval_config, evaluate
 
-    cfg = build_config(EvalConfig, None, gather_overrides(options))
+    cfg = build_config(EvalConfig, None, options_from(config_path, options))
     check_eval_config(cfg)
     with phase_bar("evaluating") as progress:
         name, summary = evaluate(cfg, progress=lambda done, total: progress(done, total))

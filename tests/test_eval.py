@@ -477,3 +477,19 @@ def test_accuracy_cells_feed_both_result_tables():
     assert accuracy_cells(before, after, None, "greedy", 1) == (["30.0%", "34.0%", "+4.0 pts"], "")
     # a difficulty that was not evaluated shows dashes, on both sides and for the control
     assert accuracy_cells(before, after, _summary(0.4, 0.3), "greedy", 3) == (["-"] * 3, "-")
+
+
+def test_eval_reads_a_yaml_config_and_the_command_line_wins(tmp_path, capsys):
+    config = tmp_path / "eval.yaml"
+    config.write_text(
+        "model: tiny\ntiny_size: nano\ncount: 2\nmax_completion_length: 4\nrun_name: from-yaml\n"
+    )
+    db = tmp_path / "r.db"
+    assert main(["eval", "--config", str(config), "--count", "3", "--db", str(db)]) == 0
+    capsys.readouterr()
+    with ResultsDB(db) as store:
+        attempts = store.attempts(store.require_run("from-yaml"))
+    assert len(attempts) == 3 and all(a["tokens"] <= 4 for a in attempts)
+    config.write_text("cuont: 2\n")
+    assert main(["eval", "--config", str(config), "--db", str(db)]) == 2
+    assert "unknown option 'cuont'" in capsys.readouterr().err
