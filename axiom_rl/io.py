@@ -15,7 +15,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -121,6 +121,31 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def create_whole(path: str | os.PathLike[str], build: Callable[[Path], None]) -> bool:
+    """Create file `path` whole, or leave the one that is there: `build` fills a temporary
+    sibling, which is then hard-linked into place, which never replaces a file. So a concurrent
+    creator (two evaluations starting on one new database) sees either no file or a finished
+    one, and one of them wins. Returns whether this call created it."""
+    path = Path(path)
+    fd, tmp = _temporary_sibling(path, tempfile.mkstemp)
+    os.close(fd)
+    try:
+        os.chmod(tmp, _final_mode(path, 0o666))
+        build(Path(tmp))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: a rename, checked first
+            if path.exists():
+                return False
+            os.replace(tmp, path)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

@@ -91,7 +91,7 @@ def test_outputs_that_cannot_be_written_are_one_line_errors(capsys, tmp_path, mo
         (["eval", "--model", "tiny", "--task", "lcs", "--count", "1", "--difficulty", "1", "--db", "afile/e.sqlite"],
          under_a_file),
         (["eval", "--model", "tiny", "--task", "lcs", "--count", "1", "--difficulty", "1", "--db", "/proc/axiom.sqlite"],
-         "cannot open database /proc/axiom.sqlite"),
+         "cannot write /proc/axiom.sqlite"),
     ]  # fmt: skip
     for args, message in cases:
         code, out, err = run(capsys, *args)

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,39 @@ def test_a_database_that_is_not_ours_is_refused_and_left_alone(tmp_path):
     with pytest.raises(UserError, match="not an axiom-rl"):
         ResultsDB(text)
     assert other.read_bytes() == before and text.read_text() == "hello"
+
+
+RACE_TO_OPEN = """
+import sys, time
+from axiom_rl.errors import UserError
+from axiom_rl.eval.store import ResultsDB
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # every process opens at the same moment
+try:
+    with ResultsDB(sys.argv[1]) as store:
+        store.start_run("same", "tiny", {"count": 1})
+except UserError as e:
+    sys.exit(f"user error: {e}")
+"""
+
+
+def test_processes_that_start_on_one_new_database_at_once_all_get_it(tmp_path):
+    """Two evaluations started together on a new --db: one creates it, the rest open it (before,
+    one saw a half-created file as 'not an axiom-rl results database', or lost the race to insert
+    the same run and crashed; each happened in most rounds of this test)."""
+    for round_ in range(3):
+        db = tmp_path / f"r{round_}.db"
+        start = time.time() + 3.0
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACE_TO_OPEN, str(db), str(start)], stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(8)
+        ]
+        results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
+        assert all(code == 0 for code, _ in results), [err[-300:] for code, err in results if code]
+        with ResultsDB(db, create=False) as store:
+            assert [r.name for r in store.runs()] == ["same"]
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(f".r{round_}")) == []
 
 
 # ---------------------------------------------------------------------------------- evaluate

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import ensure_dir
+from ..io import create_whole, ensure_dir
 from ..types import Problem
 
 APP_ID = 0x61786D72  # "axmr": SQLite's application_id header field marks our databases
@@ -82,6 +82,21 @@ class Run:
     config: dict[str, Any]
 
 
+def _new_database(path: Path) -> None:
+    """An empty results database at `path` (an empty or absent file): marked as ours, with the
+    schema, in write-ahead-log mode (readers never wait for a writer). Closed, so its log is
+    folded back in and the file alone is the database."""
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        with conn:
+            conn.execute(f"PRAGMA application_id={APP_ID}")
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.executescript(SCHEMA)
+        conn.execute("PRAGMA journal_mode=WAL")  # recorded in the file: every later connection uses it
+    finally:
+        conn.close()
+
+
 class ResultsDB:
     def __init__(self, path: str | Path, create: bool = True) -> None:
         """Open the database at `path`, creating it unless `create` is False (readers: a
@@ -89,27 +104,23 @@ class ResultsDB:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise UserError(f"no such database: {path}")
-        existed = self.path.exists() and self.path.stat().st_size > 0
         if self.path.is_dir():
             raise UserError(f"{path} is a directory, not a database file")
-        if existed:
-            with open(self.path, "rb") as f:
-                header = f.read(100)
-            if (
-                not header.startswith(b"SQLite format 3\x00")
-                or int.from_bytes(header[68:72], "big") != APP_ID
-            ):
-                raise UserError(f"{path} exists and is not an axiom-rl results database; choose another --db")
-        ensure_dir(self.path.parent)
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            ensure_dir(self.path.parent)
+            try:
+                create_whole(self.path, _new_database)
+            except (OSError, sqlite3.Error) as e:  # a place it cannot be created
+                raise UserError(f"cannot create database {path}: {e}") from None
+            if self.path.stat().st_size == 0:  # an empty file was there already: it holds nothing
+                _new_database(self.path)
+        with open(self.path, "rb") as f:
+            header = f.read(100)
+        if not header.startswith(b"SQLite format 3\x00") or int.from_bytes(header[68:72], "big") != APP_ID:
+            raise UserError(f"{path} exists and is not an axiom-rl results database; choose another --db")
         try:
             self.conn = sqlite3.connect(self.path, timeout=30)
-            self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
-            if not existed:
-                with self.conn:
-                    self.conn.execute(f"PRAGMA application_id={APP_ID}")
-                    self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                    self.conn.executescript(SCHEMA)
         except sqlite3.OperationalError as e:  # a place it cannot be created, a read-only file
             raise UserError(f"cannot open database {path}: {e}") from None
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
@@ -154,11 +165,14 @@ class ResultsDB:
             if existing.config != config or existing.model != model:
                 raise UserError(f"run {name!r} already exists with other settings; choose another --run-name")
             return existing
-        with self.conn:
-            self.conn.execute(
-                "INSERT INTO runs (name, created, model, config) VALUES (?, ?, ?, ?)",
-                (name, time.strftime("%Y-%m-%dT%H:%M:%S"), model, json.dumps(config, sort_keys=True)),
-            )
+        try:
+            with self.conn:
+                self.conn.execute(
+                    "INSERT INTO runs (name, created, model, config) VALUES (?, ?, ?, ?)",
+                    (name, time.strftime("%Y-%m-%dT%H:%M:%S"), model, json.dumps(config, sort_keys=True)),
+                )
+        except sqlite3.IntegrityError:  # another process started a run of that name since get_run
+            return self.start_run(name, model, config)
         return self.require_run(name)
 
     # ------------------------------------------------------------------ problems and attempts
