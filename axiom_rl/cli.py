@@ -425,7 +425,7 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     The seeds' flags work too: --problems a b, --generations N, --verbose.
     """
     from .tasks import task_names
-    from .train.grpo import TrainingStopped, plan_run, prepare_run_dir
+    from .train.grpo import TrainingStopped, check_run_dir, plan_run
     from .train.grpo import train as run_training
 
     overrides = gather_overrides(options)
@@ -435,7 +435,7 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
         overrides["tasks"] = task_names(generatable=True)
     cfg = resolve_config(TrainConfig, config_path, overrides)
     plan_run(cfg)  # every name and number checked before the progress bar draws anything
-    prepare_run_dir(cfg, create=False)
+    check_run_dir(cfg)
     main_process = os.environ.get("RANK", "0") == "0"  # under accelerate launch, one bar and one summary
     bar, update = training_progress()
     try:

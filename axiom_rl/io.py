@@ -123,6 +123,48 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def hold_run_dir(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Create run directory `run_dir` if needed and hold it for this process: while held, a second
+    holder (a resume started while the run still goes on, a second run given the same directory)
+    gets a one-line error instead of writing beside the first. The hold is an flock on
+    `run_dir/.lock`, which the kernel drops when the process ends, however it ends: no stale locks."""
+    path = ensure_dir(run_dir)
+    try:
+        fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        _lock(fd, path)
+        yield path
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def check_not_held(run_dir: str | os.PathLike[str]) -> None:
+    """The one-line error of hold_run_dir, now, without holding or creating anything: so that a
+    run in progress is what a user hears about, not what is missing from it so far."""
+    try:
+        fd = os.open(Path(run_dir) / ".lock", os.O_RDONLY)
+    except OSError:
+        return  # never held (or unreadable: hold_run_dir will say)
+    try:
+        _lock(fd, Path(run_dir))
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, path: Path) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserError(
+            f"{path} is in use by another axiom-rl process; wait for it to end, or choose another --output-dir"
+        ) from None
+
+
 def create_whole(path: str | os.PathLike[str], build: Callable[[Path], None]) -> bool:
     """Create file `path` whole, or leave the one that is there: `build` fills a temporary
     sibling, which is then hard-linked into place, which never replaces a file. So a concurrent

@@ -9,7 +9,14 @@ import stat
 import pytest
 
 from axiom_rl.errors import UserError
-from axiom_rl.io import atomic_directory, atomic_open, current_umask, write_text_atomic
+from axiom_rl.io import (
+    atomic_directory,
+    atomic_open,
+    check_not_held,
+    current_umask,
+    hold_run_dir,
+    write_text_atomic,
+)
 
 
 @pytest.fixture
@@ -90,3 +97,22 @@ def test_a_directory_over_a_file_is_refused_before_any_work(tmp_path):
         pytest.fail("the body must not run")
     assert (tmp_path / "model").read_text() == "a file"
     assert os.listdir(tmp_path) == ["model"]
+
+
+def test_a_held_run_directory_refuses_a_second_holder_until_released(tmp_path, capsys):
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    check_not_held(run)  # nothing there yet: nothing to refuse, and nothing created
+    assert not run.exists()
+    with hold_run_dir(run):
+        with pytest.raises(UserError, match="in use by another axiom-rl process"):
+            check_not_held(run)
+        with pytest.raises(UserError, match="in use by another axiom-rl process"), hold_run_dir(run):
+            pass
+        sft = ["sft", "--model", "tiny", "--tiny-size", "nano", "--steps", "1", "--output-dir", str(run)]
+        assert main(sft) == 2 and "in use" in capsys.readouterr().err
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]
+    check_not_held(run)
+    with hold_run_dir(run):
+        pass

@@ -433,7 +433,7 @@ def test_non_finite_losses_stop_the_run_after_a_checkpoint(tmp_path):
         LOSSES.pop("test_nan")
 
 
-def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
+def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path, capsys):
     run = tmp_path / "ctrl-c"
     proc = subprocess.Popen(
         [sys.executable, "-m", "axiom_rl", "train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown",
@@ -446,12 +446,20 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
         (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2
     ):
         time.sleep(0.2)
+    # A resume while the run still goes on is refused: the two would interleave their metrics.
+    assert main(["train", "--resume", "--output-dir", str(run)]) == 2
+    assert "is in use by another axiom-rl process" in capsys.readouterr().err
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr and "resume with" in stderr
     steps = len((run / "metrics.jsonl").read_text().splitlines())
     assert (run / f"checkpoints/step-{steps}").exists()
+    # Once it has ended (the kernel drops its lock), the resume goes ahead.
+    assert main(["train", "--resume", "--output-dir", str(run), "--steps", str(steps + 1)]) == 0
+    assert [json.loads(r)["step"] for r in (run / "metrics.jsonl").read_text().splitlines()] == list(
+        range(1, steps + 2)
+    )
 
 
 # ---------------------------------------------------------------------------------- bad input

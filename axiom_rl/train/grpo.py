@@ -41,7 +41,7 @@ from ..algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages,
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, save_config
 from ..errors import UserError, at_least, choose, positive
-from ..io import ensure_dir
+from ..io import check_not_held, hold_run_dir
 from ..models.load import (
     MODEL_CARD,
     Policy,
@@ -172,20 +172,22 @@ def resolve_prompt_style(style: str, model: str, kind: str) -> str:
     return read_model_card(model).get("prompt_style") or ("compact" if kind == "tiny" else "full")
 
 
-def prepare_run_dir(cfg: TrainConfig, create: bool = True) -> tuple[Path, Path | None]:
-    """The run directory and, when resuming, the checkpoint to start from. Never overwrites."""
+def check_run_dir(cfg: TrainConfig, held: bool = False) -> tuple[Path, Path | None]:
+    """The run directory and, when resuming, the checkpoint to start from; refuses a directory
+    that another process holds (unless `held`: this one does), or that holds a run unless
+    resuming (nothing is ever overwritten). Writes nothing."""
     run_dir = Path(cfg.output_dir)
+    if not held:
+        check_not_held(run_dir)
     if cfg.resume:
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
             raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
         return run_dir, ckpt
-    if not create and ((run_dir / "config.json").exists() or (run_dir / "metrics.jsonl").exists()):
+    if (run_dir / "config.json").exists() or (run_dir / "metrics.jsonl").exists():
         raise UserError(
             f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
         )
-    if create:
-        ensure_dir(run_dir)
     return run_dir, None
 
 
@@ -500,11 +502,21 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
     parallel = Parallel(resolve_device(cfg.device))
     if parallel.device.type == "cpu":
         keep_freed_memory()  # large activations reuse mapped pages (see host_memory)
-    run_dir, ckpt = prepare_run_dir(cfg, create=False)
+    run_dir, ckpt = check_run_dir(cfg)
     parallel.barrier()  # every rank has checked the directory before rank 0 writes to it
-    if parallel.is_main:
-        prepare_run_dir(cfg, create=True)
-        save_config(cfg, run_dir / "config.json")
+    # Rank 0 holds the run directory: a second process on it (a resume while this run goes on)
+    # is refused instead of interleaving its metrics and checkpoints with this one's.
+    with hold_run_dir(run_dir) if parallel.is_main else contextlib.nullcontext():
+        if parallel.is_main:
+            run_dir, ckpt = check_run_dir(cfg, held=True)  # again: another may have finished first
+            save_config(cfg, run_dir / "config.json")
+        return _train(cfg, plan, parallel, run_dir, ckpt, progress, say)
+
+
+def _train(
+    cfg: TrainConfig, plan: Plan, parallel: Parallel, run_dir: Path, ckpt: Path | None,
+    progress: Any, say: Callable[[str], None],
+) -> TrainResult:  # fmt: skip
     torch.manual_seed(cfg.seed)
     policy = load_policy(
         cfg.model,

@@ -21,7 +21,7 @@ import torch
 
 from ..config import SFTConfig, save_config
 from ..errors import UserError, at_least, choose
-from ..io import ensure_dir
+from ..io import check_not_held, hold_run_dir
 from ..models.load import check_model_spec, load_policy
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
@@ -89,17 +89,30 @@ def check_sft_config(cfg: SFTConfig) -> str:
 
 def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> Path:
     """Fine-tune and write output_dir/final_model. Returns the final model's directory."""
+    style = check_sft_config(cfg)
+    samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
+    run_dir = Path(cfg.output_dir)
+    check_not_held(run_dir)
+    check_free(run_dir)
+    with hold_run_dir(run_dir):  # and checked again once held: another may have started there first
+        check_free(run_dir)
+        save_config(cfg, run_dir / "config.json")
+        return _sft(cfg, run_dir, style, samples, progress)
+
+
+def check_free(run_dir: Path) -> None:
+    if (run_dir / "config.json").exists():
+        raise UserError(f"{run_dir} already holds a run; choose another --output-dir")
+
+
+def _sft(
+    cfg: SFTConfig, run_dir: Path, style: str, samples: list[tuple[Problem, str]] | None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None,
+) -> Path:  # fmt: skip
     from transformers import get_scheduler
 
     from .grpo import make_optimizer, save_final_model
 
-    style = check_sft_config(cfg)
-    samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
-    run_dir = Path(cfg.output_dir)
-    if (run_dir / "config.json").exists():
-        raise UserError(f"{run_dir} already holds a run; choose another --output-dir")
-    ensure_dir(run_dir)
-    save_config(cfg, run_dir / "config.json")
     torch.manual_seed(cfg.seed)
     policy = load_policy(
         cfg.model, **cfg.load_options(), device=cfg.device, need_reference=False, seed=cfg.seed
