@@ -352,12 +352,13 @@ def test_dynamic_sampling_replaces_flat_groups_and_keeps_each_row_with_its_own_p
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"finetune": "lora"}, {"advantage": "krpo", "krpo_key": "task"}],
-    ids=["full", "lora", "krpo"],
+    [{}, {"finetune": "lora"}, {"advantage": "krpo", "krpo_key": "task"}, {"dtype": "bf16"}],
+    ids=["full", "lora", "krpo", "full-bf16"],
 )
 def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, options):
     """KRPO: its Kalman filter's state is checkpointed too (keyed by task, it carries over every
-    step; keyed by problem, a stream of fresh problems would never read it back)."""
+    step; keyed by problem, a stream of fresh problems would never read it back). bf16: the
+    optimizer's float32 master weights are, not only their rounded copies in the model."""
     options = dict(options, steps=4)
     straight = train(small(tmp_path, **options, output_dir=str(tmp_path / "a")))
     half = train(small(tmp_path, **dict(options, steps=2), output_dir=str(tmp_path / "b")))
@@ -679,3 +680,37 @@ def test_a_run_with_nothing_to_learn_from_says_so_once(tmp_path):
     said.clear()
     train(small(tmp_path, steps=STALL_STEPS + 2, output_dir=str(tmp_path / "letters")), say=said.append)
     assert not any(m.startswith("warning:") for m in said)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_weights_are_updated_through_float32_masters(dtype):
+    """AdamW straight on bf16 weights rounds most small updates away, and on fp16 its second
+    moment underflows to 0 (NaN or wrong-sized steps). make_optimizer gives half-precision
+    parameters float32 masters: they follow float32 AdamW exactly (same gradients, a scheduler's
+    learning rate included), and the model holds them rounded."""
+    from axiom_rl.train.grpo import make_optimizer
+    from axiom_rl.train.master_weights import MasterWeightOptimizer
+
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(2000, generator=gen) * 0.02
+    half = torch.nn.Parameter(start.to(dtype))
+    full = torch.nn.Parameter(half.detach().float().clone())
+    opt, reference = make_optimizer([half], 1e-5, 0.01), make_optimizer([full], 1e-5, 0.01)
+    assert isinstance(opt, MasterWeightOptimizer) and not isinstance(reference, MasterWeightOptimizer)
+    schedules = [
+        torch.optim.lr_scheduler.LambdaLR(o, lambda step: 1.0 / (1 + step)) for o in (opt, reference)
+    ]
+    for _ in range(5):
+        grad = (torch.randn(2000, generator=gen) * 1e-5).to(dtype)
+        half.grad, full.grad = grad, grad.float()
+        opt.step()
+        reference.step()
+        for schedule in schedules:
+            schedule.step()
+    assert torch.equal(opt.masters[0], full.detach())
+    assert torch.equal(half.detach(), full.detach().to(dtype))
+    assert bool((opt.masters[0] != start.to(dtype).float()).all())  # every update kept, if below rounding
+
+    restored = make_optimizer([torch.nn.Parameter(half.detach().clone())], 1e-5, 0.01)
+    restored.load_state_dict(opt.state_dict())  # a checkpoint keeps the masters, not their rounding
+    assert torch.equal(restored.masters[0], opt.masters[0])
