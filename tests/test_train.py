@@ -231,7 +231,7 @@ def _random_adapter(base_net, base_name: str, out: Path, seed: int) -> None:
     peft_net.save_pretrained(out, save_embedding_layers=False)
 
 
-def test_a_lora_runs_final_model_evaluates_and_trains_on_with_its_adapter_merged(tmp_path):
+def test_a_lora_runs_final_model_evaluates_and_trains_on_with_its_adapter_merged(tmp_path, monkeypatch):
     """A LoRA run's final_model is an adapter directory. eval and train load it as its base with
     the adapter merged; a LoRA run started from it saves an adapter naming that directory as its
     base, so loading the second adapter brings back both. (Before, eval and train refused the
@@ -272,6 +272,14 @@ def test_a_lora_runs_final_model_evaluates_and_trains_on_with_its_adapter_merged
     train(small(tmp_path, model=str(first), finetune="lora", steps=1, output_dir=str(tmp_path / "run")))
     saved = json.loads((tmp_path / "run/final_model/adapter_config.json").read_text())
     assert saved["base_model_name_or_path"] == str(first)
+
+    # Given as a relative path, the base is recorded absolute: the adapter loads from any directory.
+    monkeypatch.chdir(tmp_path)
+    train(small(tmp_path, model="first", finetune="lora", steps=1, output_dir="relative"))
+    saved = json.loads((tmp_path / "relative/final_model/adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == str(first.resolve())
+    monkeypatch.chdir(tmp_path / "relative")
+    load_for_inference(str(tmp_path / "relative/final_model"), dtype="fp32", device="cpu")
 
     # An adapter that names no base says so in one line.
     (tmp_path / "orphan").mkdir()

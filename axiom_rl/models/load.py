@@ -219,6 +219,8 @@ def _load_checked(model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed:
             tok = AutoTokenizer.from_pretrained(model, **hub_options())
         except (OSError, ValueError) as e:
             raise UserError(f"cannot load model {model!r}: {str(e).splitlines()[0][:200]}") from None
+        if path.exists():  # what a LoRA adapter trained on it records as its base: loadable from anywhere
+            net.name_or_path = net.config._name_or_path = str(path.resolve())
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -260,7 +262,7 @@ def _load_merged_adapter(path: Path, dtype: torch.dtype) -> tuple[Any, Any]:
         ) from None
     # What a new adapter trained on this model records as its base: these merged weights, not the
     # original base (peft reads name_or_path), or loading it later would drop this adapter.
-    net.name_or_path = net.config._name_or_path = str(path)
+    net.name_or_path = net.config._name_or_path = str(path.resolve())
     return net, tok
 
 
