@@ -367,15 +367,15 @@ def gather_overrides(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_config(
-    cls: type, config_path: str | None, overrides: dict[str, Any], resume_key: str = "resume"
+    cls: type, config_path: str | None, overrides: dict[str, Any], command: str = "train"
 ) -> Any:
-    """Defaults <- the resumed run's saved config <- YAML <- command line."""
+    """Defaults <- the resumed run's saved config <- YAML <- command line (of `axiom-rl command`)."""
     from .config import build_config, coerce, load_yaml
 
     merged: dict[str, Any] = {}
     from_yaml = load_yaml(config_path) if config_path else {}
     # The command line wins over the YAML file here too (resume: true in YAML, --no-resume given).
-    if coerce(cls, resume_key, overrides.get(resume_key, from_yaml.get(resume_key, False))):
+    if coerce(cls, "resume", overrides.get("resume", from_yaml.get("resume", False))):
         out_dir = overrides.get("output_dir") or from_yaml.get("output_dir")
         saved = Path(out_dir) / "config.json" if out_dir else None
         if saved is None or not saved.exists():
@@ -391,8 +391,8 @@ def resolve_config(
         if foreign := sorted(set(saved_config) - {f.name for f in dataclasses.fields(cls)}):
             # e.g. an SFT run's directory given to train --resume
             raise UserError(
-                f"{out_dir} holds no 'axiom-rl train' run to resume (its config.json has options "
-                f"train does not know: {', '.join(foreign[:4])})"
+                f"{out_dir} holds no 'axiom-rl {command}' run to resume (its config.json has options "
+                f"{command} does not know: {', '.join(foreign[:4])})"
             )
         merged.update(saved_config)
     merged.update(from_yaml)
@@ -532,21 +532,27 @@ def problems_check(count: int) -> int:
 @cli.command(context_settings={"max_content_width": 110})
 @config_file_option
 @config_options(SFTConfig, {"tasks": ["--task"]})
-def sft(config_path: str | None, **options: Any) -> None:
+def sft(config_path: str | None, **options: Any) -> int:
     """Supervised fine-tuning on reference solutions, or with --from-samples RUN on a model's own
     verified-correct completions (rejection sampling); loss on completion tokens only."""
-    from .config import build_config
-    from .train.sft import check_sft_config
+    from .train.sft import SFTStopped, check_run_dir, check_sft_config
     from .train.sft import sft as run_sft
 
-    cfg = build_config(SFTConfig, None, options_from(config_path, options))
+    cfg = resolve_config(SFTConfig, config_path, gather_overrides(options), command="sft")
     check_sft_config(cfg)
-    with phase_bar("SFT") as progress:
-        final = run_sft(cfg, progress=progress)
+    check_run_dir(cfg)
     from .report import plot_run
 
+    try:
+        with phase_bar("SFT") as progress:
+            final = run_sft(cfg, progress=progress, say=lambda m: err.print(m, markup=False))
+    except SFTStopped as e:
+        plot_run(e.run_dir)
+        err.print(f"stopped at step {e.step}; resume with: axiom-rl sft --resume --output-dir {e.run_dir}")
+        return 130
     plot_run(Path(final).parent)  # training.png: the loss and learning rate per step
     err.print(f"done: {final}")
+    return 0
 
 
 # ----------------------------------------------------------------------------------------- eval

@@ -195,8 +195,14 @@ class SFTConfig(ModelOptions):
     """Stop after this much wall time (0: no limit)."""
     seed: int = 0
     """Seed for data order and initialisation."""
+    save_every: int = 100
+    """Write a checkpoint every this many steps (and at the end; 0: only at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (older ones are deleted; 0 keeps them all)."""
+    resume: bool = False
+    """Continue from the newest checkpoint in output_dir."""
     output_dir: str = "runs/sft"
-    """Run directory: config.json, metrics.jsonl, train.log, final_model."""
+    """Run directory: config.json, metrics.jsonl, train.log, checkpoints, final_model."""
 
 
 @dataclass

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.tasks import generate_problems, get_task
-from axiom_rl.train.sft import sft
+from axiom_rl.train.sft import SFTStopped, sft
 
 # ---------------------------------------------------------------------------------- pass@k
 
@@ -408,6 +410,81 @@ def test_sft_from_the_samples_of_an_evaluation(tmp_path):
             )
         )
     assert not (tmp_path / "b").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("source", ["references", "samples"])
+def test_sft_resumed_from_a_checkpoint_ends_as_an_uninterrupted_run(tmp_path, source):
+    """The same metrics and the same final weights, byte for byte: the model, AdamW, the schedule
+    and the position in the example stream (both kinds: generated references, and samples of an
+    evaluation shuffled anew each epoch, here 2 epochs of 3 samples by step 2) all come back."""
+    options: dict = dict(tiny_size="nano", steps=6, batch_size=4, lr=5e-3, warmup_steps=2, save_every=2)
+    if source == "samples":
+        db = tmp_path / "r.db"
+        problems = generate_problems("countdown", 1, 3, split="eval")
+        with ResultsDB(db) as store:
+            good = [
+                Attempt(
+                    p.id,
+                    0,
+                    get_task("countdown").reference_completion(p, "compact"),
+                    1.0,
+                    "passed",
+                    1,
+                    1,
+                    9,
+                    0.0,
+                )
+                for p in problems
+            ]
+            store.add_batch(store.start_run("good", "tiny", {}), problems, good)
+        options.update(from_samples="good", db=str(db))
+    straight = sft(SFTConfig(**options, output_dir=str(tmp_path / "a")))
+
+    def ctrl_c_at_step_3(step: int, total: int, row: dict) -> None:
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # as a user would: the step finishes, then a checkpoint
+
+    with pytest.raises(SFTStopped):
+        sft(
+            SFTConfig(**options, output_dir=str(tmp_path / "b")),
+            progress=ctrl_c_at_step_3,
+            say=lambda m: None,
+        )
+    assert sorted(p.name for p in (tmp_path / "b/checkpoints").iterdir()) == ["step-2", "step-3"]
+    resumed = sft(SFTConfig(**options, output_dir=str(tmp_path / "b"), resume=True))
+
+    def rows(run: str) -> list[dict]:
+        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k != "elapsed_s"} for line in lines]
+
+    assert [r["step"] for r in rows("b")] == [1, 2, 3, 4, 5, 6] and rows("b") == rows("a")
+    assert (resumed / "model.safetensors").read_bytes() == (straight / "model.safetensors").read_bytes()
+
+
+def test_sft_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path, capsys):
+    run = tmp_path / "sft"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axiom_rl", "sft", "--tiny-size", "nano", "--steps", "5000", "--batch-size", "2",
+         "--save-every", "0", "--output-dir", str(run)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2
+    ):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and f"resume with: axiom-rl sft --resume --output-dir {run}" in stderr
+    steps = len((run / "metrics.jsonl").read_text().splitlines())
+    assert (run / f"checkpoints/step-{steps}").exists() and not (run / "final_model").exists()
+    # A fresh run there is refused; a resume with more steps finishes it.
+    assert main(["sft", "--tiny-size", "nano", "--output-dir", str(run)]) == 2
+    assert "already holds a run; use --resume" in capsys.readouterr().err
+    assert main(["sft", "--resume", "--output-dir", str(run), "--steps", str(steps + 1)]) == 0
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == steps + 1
+    assert json.loads((run / "final_model/axiom_rl.json").read_text())["sft_steps"] == steps + 1
 
 
 # ---------------------------------------------------------------------------------- quickstart

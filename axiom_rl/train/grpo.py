@@ -127,8 +127,6 @@ def plan_run(cfg: TrainConfig) -> Plan:
         ("beta", cfg.beta, 0.0),
         ("min_completion_length", cfg.min_completion_length, 0),
         ("dynamic_sampling_rounds", cfg.dynamic_sampling_rounds, 0),
-        ("save_every", cfg.save_every, 0),
-        ("keep_checkpoints", cfg.keep_checkpoints, 0),
         ("samples_per_step", cfg.samples_per_step, 0),
         ("max_bad_steps", cfg.max_bad_steps, 1),
         ("verify_workers", cfg.verify_workers or 1, 1),
@@ -427,6 +425,8 @@ def check_training_options(cfg: Any) -> None:
         ("max_seconds", cfg.max_seconds, 0.0),
         ("lora_r", cfg.lora_r, 1),
         ("lora_dropout", cfg.lora_dropout, 0.0),
+        ("save_every", cfg.save_every, 0),
+        ("keep_checkpoints", cfg.keep_checkpoints, 0),
     )
     if cfg.lora_dropout >= 1:
         raise UserError(f"lora_dropout must be below 1, got {cfg.lora_dropout}")

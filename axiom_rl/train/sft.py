@@ -10,10 +10,9 @@ the completion ending with EOS so the model learns to stop.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from .batch import build_batch, completion_logprobs
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .host_memory import keep_freed_memory
 from .problems import ProblemStream
 from .runlog import RunLog
@@ -44,26 +44,47 @@ def correct_samples(cfg: SFTConfig) -> list[tuple[Problem, str]]:
     return [(problems[a["problem_id"]], a["completion"]) for a in good]
 
 
-def sft_examples(
-    cfg: SFTConfig, tokenizer: Any, style: str, samples: list[tuple[Problem, str]] | None = None
-) -> Iterator[tuple[str, str]]:
+class SFTExamples:
     """(prompt, completion) pairs, endlessly, in the order the seed gives: the given samples
-    (rejection sampling), or reference solutions of generated train problems."""
-    if samples is not None:
-        pairs = [(format_prompt(p, tokenizer, style, cfg.chat_template), c) for p, c in samples]
-        order = torch.Generator().manual_seed(cfg.seed)
-        while True:
-            for i in torch.randperm(len(pairs), generator=order).tolist():
-                yield pairs[i]
-    from .grpo import parse_tasks_and_difficulties
+    (rejection sampling), shuffled anew each epoch, or reference solutions of generated train
+    problems. `skip(n)` moves on as if n had been taken, without rendering them (a resume)."""
 
-    stream = ProblemStream(*parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty), cfg.seed)
-    while True:
-        p = stream.next()
-        yield (
-            format_prompt(p, tokenizer, style, cfg.chat_template),
-            get_task(p.task).reference_completion(p, style),
+    def __init__(
+        self, cfg: SFTConfig, tokenizer: Any, style: str, samples: list[tuple[Problem, str]] | None = None
+    ) -> None:
+        from .grpo import parse_tasks_and_difficulties
+
+        self.cfg, self.tokenizer, self.style, self.samples = cfg, tokenizer, style, samples
+        self._order = torch.Generator().manual_seed(cfg.seed)
+        self._epoch: list[int] = []
+        self._stream = (
+            None
+            if samples is not None
+            else ProblemStream(*parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty), cfg.seed)
         )
+
+    def _next(self) -> tuple[Problem, str | None]:
+        if self._stream is not None:
+            return self._stream.next(), None
+        assert self.samples is not None
+        if not self._epoch:
+            self._epoch = torch.randperm(len(self.samples), generator=self._order).tolist()[::-1]
+        return self.samples[self._epoch.pop()]
+
+    def take(self, n: int) -> list[tuple[str, str]]:
+        pairs = []
+        for _ in range(n):
+            problem, completion = self._next()
+            if completion is None:
+                completion = get_task(problem.task).reference_completion(problem, self.style)
+            pairs.append(
+                (format_prompt(problem, self.tokenizer, self.style, self.cfg.chat_template), completion)
+            )
+        return pairs
+
+    def skip(self, n: int) -> None:
+        for _ in range(n):
+            self._next()
 
 
 def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tuple[list[str], list[int]]:
@@ -87,31 +108,57 @@ def check_sft_config(cfg: SFTConfig) -> str:
     return resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
 
 
-def sft(cfg: SFTConfig, progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> Path:
-    """Fine-tune and write output_dir/final_model. Returns the final model's directory."""
+def sft(
+    cfg: SFTConfig,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    say: Callable[[str], None] = print,
+) -> Path:
+    """Fine-tune and write output_dir/final_model. Returns the final model's directory. Ctrl-C
+    finishes the step, writes a checkpoint and raises SFTStopped; `resume` continues from it."""
     style = check_sft_config(cfg)
     samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
     run_dir = Path(cfg.output_dir)
     check_not_held(run_dir)
-    check_free(run_dir)
+    check_run_dir(cfg)
     with hold_run_dir(run_dir):  # and checked again once held: another may have started there first
-        check_free(run_dir)
-        save_config(cfg, run_dir / "config.json")
-        return _sft(cfg, run_dir, style, samples, progress)
+        ckpt = check_run_dir(cfg)
+        if ckpt is None:
+            save_config(cfg, run_dir / "config.json")
+        return _sft(cfg, run_dir, ckpt, style, samples, progress, say)
 
 
-def check_free(run_dir: Path) -> None:
+class SFTStopped(KeyboardInterrupt):
+    """Ctrl-C ended the run after a checkpoint: resumable. (A KeyboardInterrupt, so a caller
+    that does not look for it, the quickstart, treats it as the interruption it is.)"""
+
+    def __init__(self, step: int, run_dir: Path) -> None:
+        super().__init__(f"stopped at step {step}")
+        self.step, self.run_dir = step, run_dir
+
+
+def check_run_dir(cfg: SFTConfig) -> Path | None:
+    """The checkpoint to resume from (None for a fresh run); refuses a fresh run in a directory
+    that holds one, and a resume of a directory without a checkpoint. Writes nothing."""
+    run_dir = Path(cfg.output_dir)
+    if cfg.resume:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+        return ckpt
     if (run_dir / "config.json").exists():
-        raise UserError(f"{run_dir} already holds a run; choose another --output-dir")
+        raise UserError(
+            f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
+        )
+    return None
 
 
 def _sft(
-    cfg: SFTConfig, run_dir: Path, style: str, samples: list[tuple[Problem, str]] | None,
-    progress: Callable[[int, int, dict[str, Any]], None] | None,
+    cfg: SFTConfig, run_dir: Path, ckpt: Path | None, style: str, samples: list[tuple[Problem, str]] | None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None, say: Callable[[str], None],
 ) -> Path:  # fmt: skip
     from transformers import get_scheduler
 
-    from .grpo import make_optimizer, save_final_model
+    from .grpo import StopRequest, make_optimizer, save_final_model
 
     torch.manual_seed(cfg.seed)
     policy = load_policy(
@@ -124,43 +171,59 @@ def _sft(
     scheduler = get_scheduler(
         cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
     )
-    examples = sft_examples(cfg, tok, style, samples)
-    log = RunLog(run_dir, tensorboard=False)
-    log.info(
-        f"SFT of {cfg.model} on {'samples of ' + cfg.from_samples if cfg.from_samples else ','.join(cfg.tasks)}"
-    )
+    examples = SFTExamples(cfg, tok, style, samples)
+    step = 0
+    if ckpt is not None:
+        step = load_checkpoint(ckpt, policy.model, optimizer, scheduler, policy.lora)["step"]
+        examples.skip(step * cfg.batch_size)  # the examples the steps so far took
+    log = RunLog(run_dir, resume_step=step if ckpt is not None else None, tensorboard=False)
+    source = "samples of " + cfg.from_samples if cfg.from_samples else ",".join(cfg.tasks)
+    log.info(f"{'resumed at step ' + str(step) if ckpt else 'started'}: SFT of {cfg.model} on {source}")
+
+    def checkpoint() -> None:
+        save_checkpoint(
+            run_dir, step, policy.model, optimizer, scheduler, {"step": step}, cfg.keep_checkpoints
+        )
+        log.info(f"checkpoint at step {step}")
+
     start = time.perf_counter()
     policy.model.train()
-    step = 0
     try:
-        for step in range(1, cfg.steps + 1):
-            batch_pairs = list(itertools.islice(examples, cfg.batch_size))
-            prompts = tok([p for p, _ in batch_pairs], add_special_tokens=False)["input_ids"]
-            completions = [
-                [*ids, tok.eos_token_id]
-                for ids in tok([c for _, c in batch_pairs], add_special_tokens=False)["input_ids"]
-            ]
-            batch = build_batch(prompts, completions, tok.pad_token_id, policy.device)
-            logprobs, _ = completion_logprobs(policy.model, batch)
-            loss = -(logprobs * batch.completion_mask).sum() / batch.completion_mask.sum()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters, cfg.max_grad_norm or math.inf)
-            optimizer.step()
-            scheduler.step()
-            elapsed = time.perf_counter() - start
-            row = {
-                "step": step,
-                "loss": float(loss.detach()),
-                "lr": scheduler.get_last_lr()[0],
-                "elapsed_s": elapsed,
-            }
-            log.metrics(row)
-            if progress is not None:
-                progress(step, cfg.steps, row)
-            if cfg.max_seconds and elapsed >= cfg.max_seconds:
-                log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
-                break
+        with StopRequest(say) as stop:
+            while step < cfg.steps and not stop.requested:
+                step += 1
+                batch_pairs = examples.take(cfg.batch_size)
+                prompts = tok([p for p, _ in batch_pairs], add_special_tokens=False)["input_ids"]
+                completions = [
+                    [*ids, tok.eos_token_id]
+                    for ids in tok([c for _, c in batch_pairs], add_special_tokens=False)["input_ids"]
+                ]
+                batch = build_batch(prompts, completions, tok.pad_token_id, policy.device)
+                logprobs, _ = completion_logprobs(policy.model, batch)
+                loss = -(logprobs * batch.completion_mask).sum() / batch.completion_mask.sum()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(policy.trainable_parameters, cfg.max_grad_norm or math.inf)
+                optimizer.step()
+                scheduler.step()
+                elapsed = time.perf_counter() - start
+                row = {
+                    "step": step,
+                    "loss": float(loss.detach()),
+                    "lr": scheduler.get_last_lr()[0],
+                    "elapsed_s": elapsed,
+                }
+                log.metrics(row)
+                if progress is not None:
+                    progress(step, cfg.steps, row)
+                if cfg.max_seconds and elapsed >= cfg.max_seconds:
+                    log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
+                    break
+                if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+                    checkpoint()
+        checkpoint()
+        if stop.requested and step < cfg.steps:
+            raise SFTStopped(step, run_dir)
         tasks, difficulties = trained_on(cfg, samples)
         card = {
             "prompt_style": style,
