@@ -97,7 +97,12 @@ def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any]) -> tuple
     work = Path(cfg.cache_dir) / f".sft-{key}-{int(time.time())}"
     start = time.perf_counter()
     with phase("SFT warm-up") as progress:
-        sft(SFTConfig(**settings, output_dir=str(work), max_seconds=cfg.max_seconds * 0.3), progress=progress)
+        sft(
+            # save_every=0: the cache keeps the model; its one checkpoint (at the end) is not kept
+            SFTConfig(**settings, output_dir=str(work), max_seconds=cfg.max_seconds * 0.3, save_every=0),
+            progress=progress,
+        )
+        shutil.rmtree(work / "checkpoints", ignore_errors=True)
     if home.exists():
         shutil.rmtree(home)
     work.rename(home)  # only a finished SFT run ever becomes the cache entry
@@ -172,7 +177,9 @@ def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str
         budget_s = max(1, round(grpo_seconds))
         with phase("control: more SFT (seconds)") as progress:
             sft(
-                SFTConfig(**settings, max_seconds=grpo_seconds, output_dir=str(run_dir / "more-sft")),
+                SFTConfig(
+                    **settings, max_seconds=grpo_seconds, output_dir=str(run_dir / "more-sft"), save_every=0
+                ),
                 # bounded by time, not steps: the bar counts seconds of the budget
                 progress=lambda step, total, row: progress(
                     min(budget_s, int(row["elapsed_s"])), budget_s, row
