@@ -68,6 +68,7 @@ class SFTExamples:
             return self._stream.next(), None
         assert self.samples is not None
         if not self._epoch:
+            # reversed, so that pop() from the end hands them out in the permutation's order
             self._epoch = torch.randperm(len(self.samples), generator=self._order).tolist()[::-1]
         return self.samples[self._epoch.pop()]
 
