@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -70,3 +72,19 @@ def needs_shared_data(path: Path):
     return pytest.mark.skipif(
         not path.exists(), reason=f"{path} not found (the shared data lives beside the repo in CI)"
     )
+
+
+def run_in_background(args: list[str], run: Path, steps: int = 2) -> subprocess.Popen:
+    """`python -m axiom_rl ARGS` started in the background, returned once the run directory RUN's
+    metrics.jsonl holds `steps` rows (or after two minutes): a run under way, to interrupt."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axiom_rl", *args, "--output-dir", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    metrics = run / "metrics.jsonl"
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= steps):
+        time.sleep(0.2)
+    return proc

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HUMANEVAL, needs_shared_data
+from conftest import HUMANEVAL, needs_shared_data, run_in_background
 
 from axiom_rl.cli import main
 from axiom_rl.config import EvalConfig, SFTConfig
@@ -463,16 +463,9 @@ def test_sft_resumed_from_a_checkpoint_ends_as_an_uninterrupted_run(tmp_path, so
 
 def test_sft_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path, capsys):
     run = tmp_path / "sft"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "axiom_rl", "sft", "--tiny-size", "nano", "--steps", "5000", "--batch-size", "2",
-         "--save-every", "0", "--output-dir", str(run)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (
-        (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2
-    ):
-        time.sleep(0.2)
+    proc = run_in_background(
+        ["sft", "--tiny-size", "nano", "--steps", "5000", "--batch-size", "2", "--save-every", "0"], run
+    )
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-2000:]

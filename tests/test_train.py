@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import pytest
 import torch
+from conftest import run_in_background
 
 from axiom_rl.algorithms import ADVANTAGES, LOSSES, register_loss
 from axiom_rl.algorithms.losses import clipped_surrogate_loss
@@ -444,17 +445,11 @@ def test_non_finite_losses_stop_the_run_after_a_checkpoint(tmp_path):
 
 def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path, capsys):
     run = tmp_path / "ctrl-c"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "axiom_rl", "train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown",
-         "--steps", "500", "--prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "8",
-         "--save-every", "0", "--output-dir", str(run)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = run_in_background(
+        ["train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--steps", "500",
+         "--prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "8", "--save-every", "0"],
+        run,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (
-        (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2
-    ):
-        time.sleep(0.2)
     # A resume while the run still goes on is refused: the two would interleave their metrics.
     assert main(["train", "--resume", "--output-dir", str(run)]) == 2
     assert "is in use by another axiom-rl process" in capsys.readouterr().err
