@@ -19,7 +19,7 @@ from conftest import HUMANEVAL, needs_shared_data, run_in_background
 from axiom_rl.cli import main
 from axiom_rl.config import EvalConfig, SFTConfig
 from axiom_rl.errors import UserError
-from axiom_rl.eval.evaluate import evaluate
+from axiom_rl.eval.evaluate import evaluate, summarize
 from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.models.tiny import build_tiny_model
@@ -38,6 +38,27 @@ def test_pass_at_k_hand_computed():
     assert mean_pass_at_k([(4, 0), (4, 4)], 1) == 0.5
     with pytest.raises(ValueError):
         pass_at_k(3, 1, 4)
+
+
+def test_the_summary_reports_pass_at_k_up_to_the_samples_per_problem():
+    """pass@K for K = the samples per problem (here 4: the share of problems solved by any of its
+    samples), and the usual 5, 10, ... only where there are that many samples."""
+
+    def attempt(problem: str, passed: bool) -> dict:
+        status = "passed" if passed else "wrong_answer"
+        return dict(
+            task="t", difficulty=1, problem_id=problem, status=status, passed=int(passed), total=1, tokens=3
+        )
+
+    rows = [attempt("a", i == 2) for i in range(4)] + [attempt("b", False) for _ in range(4)]
+    (summary,) = summarize(rows)
+    assert summary["pass@1"] == pytest.approx((1 / 4 + 0) / 2)
+    assert summary["pass@4"] == pytest.approx(1 / 2)
+    assert "pass@5" not in summary
+    (one_sample,) = summarize([attempt("a", True), attempt("b", False)])
+    assert [k for k in one_sample if k.startswith("pass@")] == ["pass@1"]
+    (ten,) = summarize([attempt("a", i == 0) for i in range(10)])
+    assert [k for k in ten if k.startswith("pass@")] == ["pass@1", "pass@5", "pass@10"]
 
 
 def test_pass_at_k_matches_the_binomial_form():
@@ -164,7 +185,7 @@ def test_evaluate_stores_every_attempt_and_summarises(tmp_path, model_dir):
     for s in summary:
         assert s["problems"] == 6 and s["attempts"] == 18
         assert s["correct"] + s["partial"] + s["failed"] == 18
-        assert 0 <= s["pass@1"] <= 1 and "pass@5" not in s  # only 3 samples per problem
+        assert 0 <= s["pass@1"] <= s["pass@3"] <= 1 and "pass@5" not in s  # 3 samples per problem
     with ResultsDB(tmp_path / "r.db") as db:
         rows = db.attempts(db.require_run("first"))
     assert len(rows) == 36 and {r["sample"] for r in rows} == {0, 1, 2}

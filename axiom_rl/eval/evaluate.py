@@ -206,7 +206,8 @@ def _generate_and_store(
 
 def summarize(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (task, difficulty): success rate, partial score, correct/partial/failed, failure
-    statuses, mean tokens, pass@1 and pass@k for k = 5, 10, ... up to the samples per problem."""
+    statuses, mean tokens, pass@1, pass@K for K the samples per problem, and pass@k for k = 5, 10,
+    20, 50, 100 below it."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for a in attempts:
         groups[(a["task"], a["difficulty"])].append(a)
@@ -234,9 +235,8 @@ def summarize(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "pass@1": mean_pass_at_k(counts, 1),
             "statuses": dict(sorted((s, c) for s, c in statuses.items() if s != PASSED)),
         }
-        for k in (5, 10, 20, 50, 100):
-            if k <= n_min:
-                summary[f"pass@{k}"] = mean_pass_at_k(counts, k)
+        for k in sorted({k for k in (5, 10, 20, 50, 100) if k <= n_min} | ({n_min} if n_min > 1 else set())):
+            summary[f"pass@{k}"] = mean_pass_at_k(counts, k)  # and pass@K, K the samples per problem
         out.append(summary)
     return out
 
