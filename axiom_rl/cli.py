@@ -424,8 +424,9 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
 
     The seeds' flags work too: --problems a b, --generations N, --verbose.
     """
+    from .config import refuse_beside_problems_file
     from .tasks import task_names
-    from .train.grpo import TrainingStopped, check_run_dir, plan_run
+    from .train.grpo import TRAIN_GENERATION_OPTIONS, TrainingStopped, check_run_dir, plan_run
     from .train.grpo import train as run_training
 
     overrides = gather_overrides(options)
@@ -434,6 +435,7 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
             raise UserError("give --task/--problems or --all, not both")
         overrides["tasks"] = task_names(generatable=True)
     cfg = resolve_config(TrainConfig, config_path, overrides)
+    refuse_beside_problems_file(cfg, TRAIN_GENERATION_OPTIONS, given=overrides)
     plan_run(cfg)  # every name and number checked before the progress bar draws anything
     check_run_dir(cfg)
     main_process = os.environ.get("RANK", "0") == "0"  # under accelerate launch, one bar and one summary
@@ -569,10 +571,11 @@ def eval(ctx: click.Context, config_path: str | None, **options: Any) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from .config import build_config
-    from .eval.evaluate import check_eval_config, evaluate
+    from .config import build_config, refuse_beside_problems_file
+    from .eval.evaluate import GENERATION_OPTIONS, check_eval_config, evaluate
 
     cfg = build_config(EvalConfig, None, options_from(config_path, options))
+    refuse_beside_problems_file(cfg, GENERATION_OPTIONS, given=gather_overrides(options))
     check_eval_config(cfg)
     with phase_bar("evaluating") as progress:
         name, summary = evaluate(cfg, progress=lambda done, total: progress(done, total))

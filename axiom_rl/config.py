@@ -14,6 +14,7 @@ import inspect
 import json
 import textwrap
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
@@ -73,6 +74,9 @@ class TrainConfig(ModelOptions):
     """Tasks to train on (names from `axiom-rl problems list`)."""
     difficulty: str = "1"
     """A difficulty (5) or an inclusive range (1-3) to draw problems from."""
+    problems_file: str = ""
+    """Train on the problems of this JSONL file instead (`problems import` output: MBPP, HumanEval;
+    or `problems export`), in a seeded order reshuffled each pass; not with --task or --difficulty."""
     prompt_style: str = "auto"
     """'full', 'compact' (short prompts for character-level models) or auto (compact for the
     built-in model)."""
@@ -335,6 +339,23 @@ def coerce(cls: type, name: str, value: Any) -> Any:
     else:
         return value
     raise UserError(f"{name}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def refuse_beside_problems_file(config: Any, flags: dict[str, str], given: Iterable[str] = ()) -> None:
+    """With a --problems-file, the options that would choose generated problems (`flags`: field
+    name to flag) are an error when given (`given`: the fields set on the command line) or set to
+    anything but their defaults: silently unused, a `--count 30` would have evaluated a whole file."""
+    defaults, given = type(config)(), set(given)
+    given = [
+        flag
+        for name, flag in flags.items()
+        if name in given or getattr(config, name) != getattr(defaults, name)
+    ]
+    if config.problems_file and given:
+        raise UserError(
+            f"{' and '.join(given)} cannot be used with --problems-file, which uses every problem "
+            "of its file (to use fewer, write fewer lines to a file)"
+        )
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

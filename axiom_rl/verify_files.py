@@ -50,6 +50,21 @@ def load_problems(path: str | Path, errors: list[str]) -> dict[str, Problem]:
     return problems
 
 
+def read_problems_file(path: str) -> list[Problem]:
+    """The problems of a JSONL file, in file order; any bad line is an error (an evaluation or a
+    training run on part of a benchmark would be reported as if on all of it)."""
+    if not Path(path).is_file():
+        raise UserError(f"no such problems file: {path}")
+    errors: list[str] = []
+    problems = list(load_problems(path, errors).values())
+    if errors:
+        more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
+        raise UserError(errors[0] + more)
+    if not problems:
+        raise UserError(f"{path} holds no problems")
+    return problems
+
+
 def verify_files(
     problems_path: str | Path,
     completions_path: str | Path,

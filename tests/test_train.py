@@ -26,7 +26,7 @@ from axiom_rl.errors import UserError
 from axiom_rl.io import current_umask
 from axiom_rl.models.load import load_policy
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.tasks import Task, register_task
+from axiom_rl.tasks import Task, generate_problems, register_task
 from axiom_rl.tasks.registry import TASKS
 from axiom_rl.train.batch import build_batch, completion_logprobs
 from axiom_rl.train.grpo import TrainingStopped, train
@@ -717,3 +717,45 @@ def test_half_precision_weights_are_updated_through_float32_masters(dtype):
     restored = make_optimizer([torch.nn.Parameter(half.detach().clone())], 1e-5, 0.01)
     restored.load_state_dict(opt.state_dict())  # a checkpoint keeps the masters, not their rounding
     assert torch.equal(restored.masters[0], opt.masters[0])
+
+
+def test_a_file_stream_gives_every_problem_once_per_pass_and_restores_its_place():
+    from axiom_rl.train.problems import FileProblemStream
+
+    problems = generate_problems("countdown", 1, 5, split="eval")
+    stream = FileProblemStream(problems, seed=0)
+    passes = [[p.id for p in stream.take(5)] for _ in range(3)]
+    assert all(sorted(ids) == sorted(p.id for p in problems) for ids in passes)
+    assert len({tuple(ids) for ids in passes}) > 1  # reshuffled between passes
+    restored = FileProblemStream(problems, seed=0)
+    restored.load_state_dict(FileProblemStream(problems, seed=0).state_dict() | {"given": 7})
+    replay = FileProblemStream(problems, seed=0)
+    replay.take(7)
+    assert [p.id for p in restored.take(6)] == [p.id for p in replay.take(6)]
+    assert [p.id for p in FileProblemStream(problems, seed=1).take(5)] != passes[0]
+
+
+def test_training_on_a_problems_file_draws_only_its_problems_and_resumes_exactly(tmp_path, capsys):
+    """--problems-file: an imported benchmark or an export, drawn in a seeded order; a resumed run
+    logs what an uninterrupted one does. Options that choose generated problems are refused."""
+    problems = tmp_path / "p.jsonl"
+    assert main(["problems", "export", "--task", "countdown", "--count", "6", "--out", str(problems)]) == 0
+    ids = {json.loads(line)["id"] for line in problems.read_text().splitlines()}
+    options = dict(tasks=["countdown"], problems_file=str(problems), steps=4)
+    straight = train(small(tmp_path, **options, output_dir=str(tmp_path / "a")))
+    train(small(tmp_path, **dict(options, steps=2), output_dir=str(tmp_path / "b")))
+    train(small(tmp_path, **options, output_dir=str(tmp_path / "b"), resume=True))
+    rows = [json.loads(line) for line in (tmp_path / "b/metrics.jsonl").read_text().splitlines()]
+    assert strip_timing(rows) == strip_timing(straight.metrics)
+    drawn = [
+        json.loads(line)["problem_id"] for line in (tmp_path / "a/samples.jsonl").read_text().splitlines()
+    ]
+    assert set(drawn) <= ids and len(set(drawn)) > 1
+    card = json.loads((tmp_path / "a/final_model/axiom_rl.json").read_text())
+    assert (card["tasks"], card["difficulties"]) == (["countdown"], [1])
+    capsys.readouterr()
+    for extra in (["--task", "countdown"], ["--difficulty", "2"], ["--all"]):
+        code = main(["train", "--problems-file", str(problems), *extra, "--output-dir", str(tmp_path / "c")])
+        err = capsys.readouterr().err
+        assert code == 2 and "cannot be used with --problems-file" in err, (extra, err)
+    assert not (tmp_path / "c").exists()

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..config import EvalConfig
+from ..config import EvalConfig, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, load_for_inference
 from ..rewards import compute_reward
@@ -28,6 +28,7 @@ from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from ..verifier import verify_many
+from ..verify_files import read_problems_file
 from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
 
@@ -56,14 +57,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
     if cfg.temperature == 0 and cfg.samples != 1:
         raise UserError("greedy decoding (temperature 0) gives one completion per problem: use --samples 1")
     if cfg.problems_file:
-        defaults = EvalConfig()
-        if given := [
-            flag for o, flag in GENERATION_OPTIONS.items() if getattr(cfg, o) != getattr(defaults, o)
-        ]:
-            raise UserError(
-                f"{' and '.join(given)} cannot be used with --problems-file, which evaluates every problem "
-                "of its file (to evaluate fewer, write fewer lines to a file)"
-            )
+        refuse_beside_problems_file(cfg, GENERATION_OPTIONS)
         read_problems_file(cfg.problems_file)
     else:
         parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
@@ -84,23 +78,6 @@ def eval_problems(cfg: EvalConfig) -> list[Problem]:
         for d in diffs
         for p in generate_problems(t, d, cfg.count, seed=cfg.seed, split=cfg.split)
     ]
-
-
-def read_problems_file(path: str) -> list[Problem]:
-    """The problems of a JSONL file, in file order; any bad line is an error (an evaluation on
-    part of a benchmark would be reported as if on all of it)."""
-    from ..verify_files import load_problems
-
-    if not Path(path).is_file():
-        raise UserError(f"no such problems file: {path}")
-    errors: list[str] = []
-    problems = list(load_problems(path, errors).values())
-    if errors:
-        more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
-        raise UserError(errors[0] + more)
-    if not problems:
-        raise UserError(f"{path} holds no problems")
-    return problems
 
 
 def default_run_name(cfg: EvalConfig) -> str:

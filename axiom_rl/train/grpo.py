@@ -39,7 +39,7 @@ import torch
 
 from ..algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages, policy_loss
 from ..algorithms.kl import KL_ESTIMATORS
-from ..config import TrainConfig, save_config
+from ..config import TrainConfig, refuse_beside_problems_file, save_config
 from ..errors import UserError, at_least, choose, positive
 from ..io import check_not_held, hold_run_dir
 from ..models.load import (
@@ -59,12 +59,13 @@ from ..tasks.generate import check_difficulty
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
 from ..verifier import verify_many
+from ..verify_files import read_problems_file
 from .batch import TokenBatch, build_batch, completion_logprobs
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from .distributed import Parallel
 from .host_memory import keep_freed_memory
 from .master_weights import MasterWeightOptimizer, needs_master_weights
-from .problems import ProblemStream
+from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
 
 
@@ -84,6 +85,7 @@ class Plan:
     prompt_style: str
     needs_sandbox: bool
     rewards: Any
+    problems: list[Problem] | None = None  # a --problems-file's, else generated as training goes
 
 
 def parse_difficulty(text: str) -> list[int]:
@@ -106,9 +108,22 @@ def parse_tasks_and_difficulties(tasks: str | list[str], difficulty: str) -> tup
     return names, difficulties
 
 
+TRAIN_GENERATION_OPTIONS = {
+    "tasks": "--task",
+    "difficulty": "--difficulty",
+}  # what a --problems-file replaces
+
+
 def plan_run(cfg: TrainConfig) -> Plan:
     """Validate every name and number of the config: one-line errors, nothing loaded yet."""
-    tasks, difficulties = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
+    problems = None
+    if cfg.problems_file:
+        refuse_beside_problems_file(cfg, TRAIN_GENERATION_OPTIONS)
+        problems = read_problems_file(cfg.problems_file)
+        tasks = list(dict.fromkeys(p.task for p in problems))
+        difficulties = sorted({p.difficulty for p in problems})
+    else:
+        tasks, difficulties = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("advantage estimator", cfg.advantage, ADVANTAGES)
     choose("loss type", cfg.loss_type, LOSSES)
     choose("KL estimator", cfg.kl_estimator, KL_ESTIMATORS)
@@ -160,7 +175,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
         )
     style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
     needs_sandbox = any(get_task(t).runs_code for t in tasks)
-    return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards))
+    return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards), problems)
 
 
 def resolve_prompt_style(style: str, model: str, kind: str) -> str:
@@ -271,7 +286,7 @@ def refill_flat_groups(
     scored: Scored,
     policy: Policy,
     backend: Any,
-    stream: ProblemStream,
+    stream: ProblemStream | FileProblemStream,
     cfg: TrainConfig,
     plan: Plan,
     sandbox: Sandbox | None,
@@ -534,7 +549,11 @@ def _train(
     backend = get_backend(cfg.rollout_backend, policy.model, cfg.min_completion_length)
     optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(cfg, optimizer)
-    stream = ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank)
+    stream = (
+        FileProblemStream(plan.problems, cfg.seed, rank=parallel.rank)
+        if plan.problems is not None
+        else ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank)
+    )
     kalman = KalmanBaseline() if "state" in inspect.signature(ADVANTAGES[cfg.advantage]).parameters else None
     step, bad_steps = 0, 0
     if ckpt is not None:
@@ -617,7 +636,9 @@ def _train(
             advantages = info.advantages.to(policy.device)
             flat_steps = flat_steps + 1 if not bool(info.advantages.any()) else 0
             if flat_steps == STALL_STEPS:
-                warning = stall_warning(flat_steps, float(rewards.mean()))
+                warning = stall_warning(
+                    flat_steps, float(rewards.mean()), fixed_problems=bool(cfg.problems_file)
+                )
                 log.info(f"warning: {warning}")
                 if parallel.is_main:
                     say(f"warning: {warning}")
@@ -717,17 +738,18 @@ def _flat_fraction(rewards: torch.Tensor, g: int) -> float:
 STALL_STEPS = 10  # this many rollouts in a row with every advantage 0: say so, once
 
 
-def stall_warning(steps: int, reward_mean: float) -> str:
+def stall_warning(steps: int, reward_mean: float, fixed_problems: bool = False) -> str:
     """What to tell a user whose run has had `steps` rollouts in a row with nothing to learn from:
     every group's completions scored alike, so every advantage was 0 (and the policy gradient)."""
     why = f"the last {steps} rollouts had nothing to learn from: in every group all completions got the same reward"
     if reward_mean == 0.0:
         return (
             f"{why} (0: the model never earns a reward). Start from a model that writes the answer "
-            "format (axiom-rl sft; see docs/training.md) or use an easier --difficulty"
+            f"format (axiom-rl sft; see docs/training.md){'' if fixed_problems else ' or use an easier --difficulty'}"
         )
+    harder = "" if fixed_problems else "A harder --difficulty, "
     return (
-        f"{why} (mean {reward_mean:.3f}). A harder --difficulty, a higher --temperature or more "
+        f"{why} (mean {reward_mean:.3f}). {harder}{'a' if harder else 'A'} higher --temperature or more "
         "--num-generations give the groups something to compare"
     )
 

@@ -61,3 +61,37 @@ class ProblemStream:
         self.rng.setstate((version, tuple(internal), gauss))
         self.consumed = {k: int(v) for k, v in state["consumed"].items()}
         self._iters = {}
+
+
+class FileProblemStream:
+    """The problems of a file, in a seeded order reshuffled on every pass over them: the same
+    interface as ProblemStream. Its state is how many it has given, so a restore replays the
+    orders (cheap: no problem is generated)."""
+
+    def __init__(self, problems: Sequence[Problem], seed: int, rank: int = 0) -> None:
+        self.problems = list(problems)
+        self.seed, self.rank = seed, rank
+        self._restart(0)
+
+    def _restart(self, given: int) -> None:
+        self.rng = random.Random(f"axiom-rl/file-stream/{self.seed}/{self.rank}")
+        self.given, self._order = 0, []
+        for _ in range(given):
+            self.next()
+
+    def next(self) -> Problem:
+        if not self._order:
+            self._order = list(range(len(self.problems)))
+            self.rng.shuffle(self._order)
+            self._order.reverse()  # pop() from the end gives the shuffled order
+        self.given += 1
+        return self.problems[self._order.pop()]
+
+    def take(self, n: int) -> list[Problem]:
+        return [self.next() for _ in range(n)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"given": self.given}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restart(int(state["given"]))
