@@ -108,10 +108,8 @@ def parse_tasks_and_difficulties(tasks: str | list[str], difficulty: str) -> tup
     return names, difficulties
 
 
-TRAIN_GENERATION_OPTIONS = {
-    "tasks": "--task",
-    "difficulty": "--difficulty",
-}  # what a --problems-file replaces
+# The options that choose generated problems, which a --problems-file replaces.
+TRAIN_GENERATION_OPTIONS = {"tasks": "--task", "difficulty": "--difficulty"}
 
 
 def plan_run(cfg: TrainConfig) -> Plan:
