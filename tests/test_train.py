@@ -361,13 +361,20 @@ def test_dynamic_sampling_replaces_flat_groups_and_keeps_each_row_with_its_own_p
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"finetune": "lora"}, {"advantage": "krpo", "krpo_key": "task"}, {"dtype": "bf16"}],
-    ids=["full", "lora", "krpo", "full-bf16"],
+    [
+        {},
+        {"finetune": "lora"},
+        {"advantage": "krpo", "krpo_key": "task"},
+        {"dtype": "bf16"},
+        {"finetune": "lora", "dtype": "fp16"},
+    ],
+    ids=["full", "lora", "krpo", "full-bf16", "lora-fp16"],
 )
 def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, options):
     """KRPO: its Kalman filter's state is checkpointed too (keyed by task, it carries over every
     step; keyed by problem, a stream of fresh problems would never read it back). bf16: the
-    optimizer's float32 master weights are, not only their rounded copies in the model."""
+    optimizer's float32 master weights are, not only their rounded copies in the model. fp16:
+    the loss scale is."""
     options = dict(options, steps=4)
     straight = train(small(tmp_path, **options, output_dir=str(tmp_path / "a")))
     half = train(small(tmp_path, **dict(options, steps=2), output_dir=str(tmp_path / "b")))
@@ -759,3 +766,60 @@ def test_training_on_a_problems_file_draws_only_its_problems_and_resumes_exactly
         err = capsys.readouterr().err
         assert code == 2 and "cannot be used with --problems-file" in err, (extra, err)
     assert not (tmp_path / "c").exists()
+
+
+def test_fp16_loss_scaling_keeps_the_gradients_that_fp16_would_flush():
+    """A loss the size of a mean over 4,096 tokens: in fp16 its activation gradients fall below
+    fp16's range and the LoRA gradients come out wrong; scaled by 2^16 for backward and unscaled
+    after (clip_unscale_step), they match float32's to fp16's forward precision."""
+    from axiom_rl.train.loss_scale import LossScale, clip_unscale_step
+
+    def lora_grads(dtype: str, scale: LossScale) -> dict[str, torch.Tensor]:
+        policy = load_policy(
+            "tiny", tiny_size="nano", finetune="lora", dtype=dtype, device="cpu", need_reference=False
+        )
+        with torch.no_grad():  # the same non-zero adapter in both precisions (a fresh B is 0)
+            for i, (_, p) in enumerate(n for n in policy.model.named_parameters() if "lora_" in n[0]):
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.05)
+        gen = torch.Generator().manual_seed(0)
+        batch = build_batch(
+            [torch.randint(3, 250, (12,), generator=gen).tolist() for _ in range(8)],
+            [torch.randint(3, 250, (16,), generator=gen).tolist() for _ in range(8)],
+            policy.tokenizer.pad_token_id,
+            policy.device,
+        )
+        logprobs, _ = completion_logprobs(policy.model, batch)
+        advantages = torch.randn(8, generator=gen)[:, None]
+        loss = -(logprobs * advantages * batch.completion_mask).sum() / batch.completion_mask.sum() / 4096
+        (loss * scale.value).backward()
+        params = policy.trainable_parameters
+        _, stepped = clip_unscale_step(torch.optim.SGD(params, lr=0.0), params, scale, max_norm=0.0)
+        assert stepped
+        return {n: p.grad.float() for n, p in policy.model.named_parameters() if p.requires_grad}
+
+    def error(grads: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> float:
+        return float(sum((grads[n] - reference[n]).norm() ** 2 for n in reference) ** 0.5) / float(
+            sum(r.norm() ** 2 for r in reference.values()) ** 0.5
+        )
+
+    reference = lora_grads("fp32", LossScale(enabled=False))
+    assert error(lora_grads("fp16", LossScale(enabled=False)), reference) > 0.2
+    assert error(lora_grads("fp16", LossScale(enabled=True)), reference) < 0.02
+
+
+def test_the_loss_scale_halves_on_overflow_and_grows_back():
+    from axiom_rl.train.loss_scale import LossScale
+
+    scale = LossScale(enabled=True, initial=1024.0, growth_interval=3)
+    scale.update(finite=False)
+    assert scale.value == 512.0
+    for _ in range(3):
+        scale.update(finite=True)
+    assert scale.value == 1024.0 and scale.good_steps == 0
+    scale.update(finite=True)
+    restored = LossScale(enabled=True)
+    restored.load_state_dict(scale.state_dict())
+    assert (restored.value, restored.good_steps) == (1024.0, 1)
+    off = LossScale(enabled=False)
+    off.update(finite=False)
+    assert off.value == 1.0

@@ -64,6 +64,7 @@ from .batch import TokenBatch, build_batch, completion_logprobs
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from .distributed import Parallel
 from .host_memory import keep_freed_memory
+from .loss_scale import LossScale, clip_unscale_step
 from .master_weights import MasterWeightOptimizer, needs_master_weights
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
@@ -358,12 +359,14 @@ def optimizer_step(
     ref: torch.Tensor | None,
     cfg: TrainConfig,
     parallel: Parallel,
+    scale: LossScale | None = None,
 ) -> dict[str, float]:
     """One optimizer step over the whole rollout batch, in gradient-accumulation micro-batches.
 
     A non-finite loss still goes through backward (every rank must take part in the gradient
     all-reduce); the non-finite gradient norm that results makes every rank skip the step alike.
     """
+    scale = scale or LossScale(enabled=False)
     policy.model.train()
     optimizer.zero_grad(set_to_none=True)
     n = batch.input_ids.shape[0]
@@ -394,7 +397,7 @@ def optimizer_step(
                 num_sequences=n,
             )
             t1 = time.perf_counter()
-            loss.backward()
+            (loss * scale.value if scale.enabled else loss).backward()  # fp16: see loss_scale.py
             time_forward += t1 - t0
             time_backward += time.perf_counter() - t1
         loss_total += float(loss.detach())
@@ -403,16 +406,22 @@ def optimizer_step(
             totals[k] += v * share
         entropy_sum += float((entropy * part.completion_mask).sum())
         token_sum += float(part.completion_mask.sum())
-    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters, max_norm)
-    finite = bool(torch.isfinite(grad_norm)) and math.isfinite(loss_total)
-    if finite:
-        optimizer.step()
+    loss_scale = scale.value
+    grad_norm, finite = clip_unscale_step(
+        optimizer,
+        policy.trainable_parameters,
+        scale,
+        cfg.max_grad_norm,
+        loss_finite=math.isfinite(loss_total),
+    )
     optimizer.zero_grad(set_to_none=True)
     return {
         "loss": loss_total,
         "finite": 1.0 if finite else 0.0,
-        "grad_norm": float(grad_norm),
+        # fp16: gradients too large for fp16 at this loss scale, from a finite loss (not a bad step)
+        "overflow": 1.0 if scale.enabled and not finite and math.isfinite(loss_total) else 0.0,
+        **({"loss_scale": loss_scale} if scale.enabled else {}),
+        "grad_norm": grad_norm,
         "entropy": entropy_sum / max(1.0, token_sum),
         "time_forward_s": time_forward,
         "time_backward_s": time_backward,
@@ -553,10 +562,12 @@ def _train(
         else ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank)
     )
     kalman = KalmanBaseline() if "state" in inspect.signature(ADVANTAGES[cfg.advantage]).parameters else None
+    scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step, bad_steps = 0, 0
     if ckpt is not None:
         state = load_checkpoint(ckpt, policy.model, optimizer, scheduler, policy.lora, rank=parallel.rank)
         step, bad_steps = state["step"], state.get("bad_steps", 0)
+        scale.load_state_dict(state.get("loss_scale"))
         stream.load_state_dict(state["streams"][parallel.rank])
         if kalman is not None and state.get("kalman"):
             kalman.load_state_dict(state["kalman"][parallel.rank])
@@ -576,6 +587,7 @@ def _train(
             trainer_state = {
                 "step": step,
                 "bad_steps": bad_steps,
+                "loss_scale": scale.state_dict() if scale.enabled else None,
                 "streams": streams,
                 "kalman": kalmans if kalman else None,
             }
@@ -654,7 +666,7 @@ def _train(
                     break
                 start = time.perf_counter()
                 update = optimizer_step(
-                    policy, train_model, optimizer, batch, advantages, old, ref, cfg, parallel
+                    policy, train_model, optimizer, batch, advantages, old, ref, cfg, parallel, scale
                 )
                 time_update = time.perf_counter() - start + time_ref
                 time_ref = 0.0
@@ -662,6 +674,10 @@ def _train(
                 if update["finite"]:
                     scheduler.step()
                     bad_steps = 0
+                elif update["overflow"]:
+                    log.info(
+                        f"step {step}: fp16 gradients overflowed at loss scale {update['loss_scale']:g}; skipped"
+                    )
                 else:
                     bad_steps += 1
                     log.info(f"step {step}: non-finite loss or gradient ({update['loss']}); update skipped")
@@ -791,6 +807,8 @@ def step_metrics(
         "completions": len(scored.verdicts),
         "world_size": 1,
     }
+    if "loss_scale" in update:  # fp16 only
+        row["loss_scale"] = update["loss_scale"]
     for name in sorted({k for c in scored.components for k in c}):
         row[f"reward/{name}"] = statistics.fmean(c.get(name, 0.0) for c in scored.components)
     for status, count in sorted(statuses.items()):

@@ -40,6 +40,7 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         super().__init__(params, {})
         self.masters = [p.detach().float().clone() for p in params]
         self.inner = make_inner(self.masters)
+        self.grad_divisor = 1.0  # fp16 loss scaling: the next step's gradients are this much too large
         for group, inner_group in zip(self.param_groups, self.inner.param_groups, strict=True):
             group.update({k: v for k, v in inner_group.items() if k != "params"})
 
@@ -51,6 +52,9 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         params = [p for group in self.param_groups for p in group["params"]]
         for p, master in zip(params, self.masters, strict=True):
             master.grad = None if p.grad is None else p.grad.float()
+            if master.grad is not None and self.grad_divisor != 1.0:
+                master.grad.div_(self.grad_divisor)  # in float32: no underflow
+        self.grad_divisor = 1.0
         self.inner.step()
         for p, master in zip(params, self.masters, strict=True):
             p.copy_(master)  # rounded to the model's precision

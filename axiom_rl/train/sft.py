@@ -10,7 +10,6 @@ the completion ending with EOS so the model learns to stop.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from ..types import PASSED, Problem
 from .batch import build_batch, completion_logprobs
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .host_memory import keep_freed_memory
+from .loss_scale import LossScale, clip_unscale_step
 from .problems import ProblemStream
 from .runlog import RunLog
 
@@ -173,18 +173,20 @@ def _sft(
         cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
     )
     examples = SFTExamples(cfg, tok, style, samples)
+    scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step = 0
     if ckpt is not None:
-        step = load_checkpoint(ckpt, policy.model, optimizer, scheduler, policy.lora)["step"]
+        state = load_checkpoint(ckpt, policy.model, optimizer, scheduler, policy.lora)
+        step = state["step"]
+        scale.load_state_dict(state.get("loss_scale"))
         examples.skip(step * cfg.batch_size)  # the examples the steps so far took
     log = RunLog(run_dir, resume_step=step if ckpt is not None else None, tensorboard=False)
     source = "samples of " + cfg.from_samples if cfg.from_samples else ",".join(cfg.tasks)
     log.info(f"{'resumed at step ' + str(step) if ckpt else 'started'}: SFT of {cfg.model} on {source}")
 
     def checkpoint() -> None:
-        save_checkpoint(
-            run_dir, step, policy.model, optimizer, scheduler, {"step": step}, cfg.keep_checkpoints
-        )
+        state = {"step": step, "loss_scale": scale.state_dict() if scale.enabled else None}
+        save_checkpoint(run_dir, step, policy.model, optimizer, scheduler, state, cfg.keep_checkpoints)
         log.info(f"checkpoint at step {step}")
 
     start = time.perf_counter()
@@ -203,16 +205,19 @@ def _sft(
                 logprobs, _ = completion_logprobs(policy.model, batch)
                 loss = -(logprobs * batch.completion_mask).sum() / batch.completion_mask.sum()
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.trainable_parameters, cfg.max_grad_norm or math.inf)
-                optimizer.step()
-                scheduler.step()
+                (loss * scale.value if scale.enabled else loss).backward()
+                _, stepped = clip_unscale_step(
+                    optimizer, policy.trainable_parameters, scale, cfg.max_grad_norm
+                )
+                if stepped or not scale.enabled:  # (without fp16 scaling, as always: a step each time)
+                    scheduler.step()
                 elapsed = time.perf_counter() - start
                 row = {
                     "step": step,
                     "loss": float(loss.detach()),
                     "lr": scheduler.get_last_lr()[0],
                     "elapsed_s": elapsed,
+                    **({"loss_scale": scale.value, "skipped": int(not stepped)} if scale.enabled else {}),
                 }
                 log.metrics(row)
                 if progress is not None:
