@@ -426,7 +426,8 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     """
     from .config import refuse_beside_problems_file
     from .tasks import task_names
-    from .train.grpo import TRAIN_GENERATION_OPTIONS, TrainingStopped, check_run_dir, plan_run
+    from .train.checkpoint import check_run_dir
+    from .train.grpo import TRAIN_GENERATION_OPTIONS, TrainingStopped, plan_run
     from .train.grpo import train as run_training
 
     overrides = gather_overrides(options)
@@ -537,7 +538,8 @@ def problems_check(count: int) -> int:
 def sft(config_path: str | None, **options: Any) -> int:
     """Supervised fine-tuning on reference solutions, or with --from-samples RUN on a model's own
     verified-correct completions (rejection sampling); loss on completion tokens only."""
-    from .train.sft import SFTStopped, check_run_dir, check_sft_config
+    from .train.checkpoint import check_run_dir
+    from .train.sft import SFTStopped, check_sft_config
     from .train.sft import sft as run_sft
 
     cfg = resolve_config(SFTConfig, config_path, gather_overrides(options), command="sft")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ..io import atomic_directory
+from ..io import atomic_directory, check_not_held
 
 CHECKPOINT_DIR = "checkpoints"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -56,6 +56,26 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
+    """For a run of `cfg` (output_dir, resume; train's or sft's): the checkpoint to resume from,
+    None for a fresh run. Refuses a directory another process holds (unless `held`: this one
+    does), a resume without a checkpoint, and a fresh run where a run already is (nothing is
+    ever overwritten). Writes nothing."""
+    run_dir = Path(cfg.output_dir)
+    if not held:
+        check_not_held(run_dir)
+    if cfg.resume:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+        return ckpt
+    if (run_dir / "config.json").exists() or (run_dir / "metrics.jsonl").exists():
+        raise UserError(
+            f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
+        )
+    return None
 
 
 def save_weights(model: Any, path: Path) -> None:

@@ -41,7 +41,7 @@ from ..algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages,
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, refuse_beside_problems_file, save_config
 from ..errors import UserError, at_least, choose, positive
-from ..io import check_not_held, hold_run_dir
+from ..io import hold_run_dir
 from ..models.load import (
     MODEL_CARD,
     Policy,
@@ -61,7 +61,7 @@ from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
 from ..verifier import verify_many
 from ..verify_files import read_problems_file
 from .batch import TokenBatch, build_batch, completion_logprobs
-from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint
 from .distributed import Parallel
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
@@ -183,25 +183,6 @@ def resolve_prompt_style(style: str, model: str, kind: str) -> str:
     if style != "auto":
         return style
     return read_model_card(model).get("prompt_style") or ("compact" if kind == "tiny" else "full")
-
-
-def check_run_dir(cfg: TrainConfig, held: bool = False) -> tuple[Path, Path | None]:
-    """The run directory and, when resuming, the checkpoint to start from; refuses a directory
-    that another process holds (unless `held`: this one does), or that holds a run unless
-    resuming (nothing is ever overwritten). Writes nothing."""
-    run_dir = Path(cfg.output_dir)
-    if not held:
-        check_not_held(run_dir)
-    if cfg.resume:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
-        return run_dir, ckpt
-    if (run_dir / "config.json").exists() or (run_dir / "metrics.jsonl").exists():
-        raise UserError(
-            f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
-        )
-    return run_dir, None
 
 
 # --------------------------------------------------------------------------------- stages
@@ -528,13 +509,13 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
     parallel = Parallel(resolve_device(cfg.device))
     if parallel.device.type == "cpu":
         keep_freed_memory()  # large activations reuse mapped pages (see host_memory)
-    run_dir, ckpt = check_run_dir(cfg)
+    run_dir, ckpt = Path(cfg.output_dir), check_run_dir(cfg)
     parallel.barrier()  # every rank has checked the directory before rank 0 writes to it
     # Rank 0 holds the run directory: a second process on it (a resume while this run goes on)
     # is refused instead of interleaving its metrics and checkpoints with this one's.
     with hold_run_dir(run_dir) if parallel.is_main else contextlib.nullcontext():
         if parallel.is_main:
-            run_dir, ckpt = check_run_dir(cfg, held=True)  # again: another may have finished first
+            ckpt = check_run_dir(cfg, held=True)  # again: another may have finished first
             save_config(cfg, run_dir / "config.json")
         return _train(cfg, plan, parallel, run_dir, ckpt, progress, say)
 

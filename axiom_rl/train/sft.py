@@ -19,13 +19,13 @@ import torch
 
 from ..config import SFTConfig, save_config
 from ..errors import UserError, at_least, choose
-from ..io import check_not_held, hold_run_dir
+from ..io import hold_run_dir
 from ..models.load import check_model_spec, load_policy
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from .batch import build_batch, completion_logprobs
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
 from .problems import ProblemStream
@@ -119,10 +119,9 @@ def sft(
     style = check_sft_config(cfg)
     samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
     run_dir = Path(cfg.output_dir)
-    check_not_held(run_dir)
     check_run_dir(cfg)
     with hold_run_dir(run_dir):  # and checked again once held: another may have started there first
-        ckpt = check_run_dir(cfg)
+        ckpt = check_run_dir(cfg, held=True)
         if ckpt is None:
             save_config(cfg, run_dir / "config.json")
         return _sft(cfg, run_dir, ckpt, style, samples, progress, say)
@@ -135,22 +134,6 @@ class SFTStopped(KeyboardInterrupt):
     def __init__(self, step: int, run_dir: Path) -> None:
         super().__init__(f"stopped at step {step}")
         self.step, self.run_dir = step, run_dir
-
-
-def check_run_dir(cfg: SFTConfig) -> Path | None:
-    """The checkpoint to resume from (None for a fresh run); refuses a fresh run in a directory
-    that holds one, and a resume of a directory without a checkpoint. Writes nothing."""
-    run_dir = Path(cfg.output_dir)
-    if cfg.resume:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
-        return ckpt
-    if (run_dir / "config.json").exists():
-        raise UserError(
-            f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
-        )
-    return None
 
 
 def _sft(
