@@ -353,15 +353,6 @@ config_file_option = click.option(
 )
 
 
-def options_from(config_path: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """The YAML file's options, then those given on the command line on top."""
-    from .config import load_yaml
-
-    merged = dict(load_yaml(config_path)) if config_path else {}
-    merged.update(gather_overrides(options))
-    return merged
-
-
 def gather_overrides(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
@@ -369,13 +360,15 @@ def gather_overrides(options: dict[str, Any]) -> dict[str, Any]:
 def resolve_config(
     cls: type, config_path: str | None, overrides: dict[str, Any], command: str = "train"
 ) -> Any:
-    """Defaults <- the resumed run's saved config <- YAML <- command line (of `axiom-rl command`)."""
+    """Defaults <- the resumed run's saved config (for a command that resumes) <- YAML <- command
+    line (of `axiom-rl command`)."""
     from .config import build_config, coerce, load_yaml
 
     merged: dict[str, Any] = {}
     from_yaml = load_yaml(config_path) if config_path else {}
+    resumable = any(f.name == "resume" for f in dataclasses.fields(cls))
     # The command line wins over the YAML file here too (resume: true in YAML, --no-resume given).
-    if coerce(cls, "resume", overrides.get("resume", from_yaml.get("resume", False))):
+    if resumable and coerce(cls, "resume", overrides.get("resume", from_yaml.get("resume", False))):
         out_dir = overrides.get("output_dir") or from_yaml.get("output_dir")
         saved = Path(out_dir) / "config.json" if out_dir else None
         if saved is None or not saved.exists():
@@ -573,11 +566,12 @@ def eval(ctx: click.Context, config_path: str | None, **options: Any) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from .config import build_config, refuse_beside_problems_file
+    from .config import refuse_beside_problems_file
     from .eval.evaluate import GENERATION_OPTIONS, check_eval_config, evaluate
 
-    cfg = build_config(EvalConfig, None, options_from(config_path, options))
-    refuse_beside_problems_file(cfg, GENERATION_OPTIONS, given=gather_overrides(options))
+    overrides = gather_overrides(options)
+    cfg = resolve_config(EvalConfig, config_path, overrides, command="eval")
+    refuse_beside_problems_file(cfg, GENERATION_OPTIONS, given=overrides)
     check_eval_config(cfg)
     with phase_bar("evaluating") as progress:
         name, summary = evaluate(cfg, progress=lambda done, total: progress(done, total))
