@@ -346,14 +346,14 @@ def refuse_beside_problems_file(config: Any, flags: dict[str, str], given: Itera
     name to flag) are an error when given (`given`: the fields set on the command line) or set to
     anything but their defaults: silently unused, a `--count 30` would have evaluated a whole file."""
     defaults, given = type(config)(), set(given)
-    given = [
+    used = [
         flag
         for name, flag in flags.items()
         if name in given or getattr(config, name) != getattr(defaults, name)
     ]
-    if config.problems_file and given:
+    if config.problems_file and used:
         raise UserError(
-            f"{' and '.join(given)} cannot be used with --problems-file, which uses every problem "
+            f"{' and '.join(used)} cannot be used with --problems-file, which uses every problem "
             "of its file (to use fewer, write fewer lines to a file)"
         )
 

@@ -378,7 +378,7 @@ def optimizer_step(
                 num_sequences=n,
             )
             t1 = time.perf_counter()
-            (loss * scale.value if scale.enabled else loss).backward()  # fp16: see loss_scale.py
+            scale.scaled(loss).backward()  # fp16: see loss_scale.py
             time_forward += t1 - t0
             time_backward += time.perf_counter() - t1
         loss_total += float(loss.detach())

@@ -32,6 +32,10 @@ class LossScale:
         self.growth_interval = growth_interval
         self.good_steps = 0
 
+    def scaled(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss to call backward on (itself, untouched, when scaling is off)."""
+        return loss * self.value if self.enabled else loss
+
     def update(self, finite: bool) -> None:
         if not self.enabled:
             return

@@ -188,7 +188,7 @@ def _sft(
                 logprobs, _ = completion_logprobs(policy.model, batch)
                 loss = -(logprobs * batch.completion_mask).sum() / batch.completion_mask.sum()
                 optimizer.zero_grad(set_to_none=True)
-                (loss * scale.value if scale.enabled else loss).backward()
+                scale.scaled(loss).backward()
                 _, stepped = clip_unscale_step(
                     optimizer, policy.trainable_parameters, scale, cfg.max_grad_norm
                 )
