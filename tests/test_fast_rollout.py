@@ -164,8 +164,7 @@ def test_stop_strings_end_a_row_at_the_token_that_completes_them():
     assert hits.index(True) == len("1+2</answer>") - 1
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_the_trainer_uses_it_and_training_still_works(tmp_path, temperature):
+def test_the_trainer_uses_it_and_training_still_works(tmp_path):
     from axiom_rl.config import TrainConfig
     from axiom_rl.train.grpo import train
 
@@ -176,7 +175,6 @@ def test_the_trainer_uses_it_and_training_still_works(tmp_path, temperature):
         prompts_per_step=2,
         num_generations=2,
         max_completion_length=8,
-        temperature=temperature,
         output_dir=str(tmp_path / "r"),
         save_every=0,
     )

@@ -512,6 +512,7 @@ def test_bad_input_is_one_line_before_anything_loads(tmp_path, args, message):
         ("train", ["--weight-decay", "-1"], "weight_decay must be >= 0"),
         ("train", ["--temperature", "nan"], "temperature must be >= 0"),
         ("train", ["--top-p", "2"], "top_p must be in (0, 1]"),
+        ("train", ["--temperature", "0"], "temperature 0 (greedy) makes the completions of a group identical"),
         ("train", ["--beta", "inf"], "beta must be >= 0"),
         ("train", ["--lora-r", "0"], "lora_r must be >= 1"),
         ("train", ["--lora-dropout", "1"], "lora_dropout must be below 1"),

@@ -149,6 +149,13 @@ def plan_run(cfg: TrainConfig) -> Plan:
         raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
     check_training_options(cfg)
     check_sampling(cfg.temperature, cfg.top_p)
+    if cfg.temperature == 0:
+        # Greedy decoding gives every completion of a group the same text, so every
+        # advantage is 0 and nothing is learnt: refuse rather than spend the run on it.
+        raise UserError(
+            "temperature 0 (greedy) makes the completions of a group identical, so GRPO has nothing "
+            "to compare: use a temperature > 0 (default 1.0)"
+        )
     positive(
         ("clip_eps", cfg.clip_eps),
         ("clip_eps_high", cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high),
