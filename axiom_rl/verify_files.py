@@ -84,7 +84,9 @@ def verify_files(
             report.errors.append(f"{where}: expected an object with 'problem_id' and 'completion'")
         elif v["problem_id"] not in problems:
             report.errors.append(f"{where}: unknown problem id {v['problem_id']!r}")
-        elif not isinstance(v["completion"], str) or not v["completion"].strip():
+        elif not isinstance(v["completion"], str):
+            report.errors.append(f"{where}: completion must be a string, got {type(v['completion']).__name__}")
+        elif not v["completion"].strip():
             report.errors.append(f"{where}: empty completion")
         else:
             todo.append((problems[v["problem_id"]], v["completion"]))

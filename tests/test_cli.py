@@ -130,6 +130,7 @@ def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
                 "{not json",
                 json.dumps({"problem_id": "missing-id", "completion": good}),
                 json.dumps({"problem_id": rows[1]["id"], "completion": ""}),
+                json.dumps({"problem_id": rows[1]["id"], "completion": ["def house_robber(nums): ..."]}),
                 json.dumps(
                     {
                         "problem_id": rows[1]["id"],
@@ -148,6 +149,7 @@ def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
     assert "c.jsonl:2: not valid JSON" in err
     assert "c.jsonl:3: unknown problem id 'missing-id'" in err
     assert "c.jsonl:4: empty completion" in err
+    assert "c.jsonl:5: completion must be a string, got list" in err
     results = [json.loads(line) for line in out_path.read_text().splitlines()]
     assert [r["status"] for r in results] == ["passed", "wrong_answer"]
     assert results[0]["reward"] == 1.0 and 0 <= results[1]["reward"] < 1.0
