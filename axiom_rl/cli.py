@@ -529,14 +529,16 @@ def problems_check(count: int) -> int:
 @config_file_option
 @config_options(SFTConfig, {"tasks": ["--task"]})
 def sft(config_path: str | None, **options: Any) -> int:
-    """Supervised fine-tuning on reference solutions, or with --from-samples RUN on a model's own
-    verified-correct completions (rejection sampling); loss on completion tokens only."""
+    """Supervised fine-tuning on reference solutions (of generated problems, or of a
+    --problems-file), or with --from-samples RUN on a model's own verified-correct completions
+    (rejection sampling); loss on completion tokens only."""
     from .train.checkpoint import check_run_dir
     from .train.sft import SFTStopped, check_sft_config
     from .train.sft import sft as run_sft
 
-    cfg = resolve_config(SFTConfig, config_path, gather_overrides(options), command="sft")
-    check_sft_config(cfg)
+    overrides = gather_overrides(options)
+    cfg = resolve_config(SFTConfig, config_path, overrides, command="sft")
+    check_sft_config(cfg, given=overrides)
     check_run_dir(cfg)
     from .report import plot_run
 

@@ -177,8 +177,13 @@ class SFTConfig(ModelOptions):
     """full, compact, or auto (compact for the built-in model)."""
     chat_template: str = "auto"
     """Use the tokenizer's chat template: on, off, auto."""
+    problems_file: str = ""
+    """Train on the reference solutions of this JSONL file's problems instead (`problems import`
+    output: MBPP, HumanEval; or `problems export`), in a seeded order reshuffled each pass; not with
+    --task, --difficulty or --from-samples."""
     from_samples: str = ""
-    """Train on the verified-correct completions of this evaluation run (in --db) instead."""
+    """Train on the verified-correct completions of this evaluation run (in --db) instead; not with
+    --task, --difficulty or --problems-file."""
     db: str = "results.db"
     """Results database for --from-samples."""
     steps: int = 500
@@ -345,17 +350,29 @@ def refuse_beside_problems_file(config: Any, flags: dict[str, str], given: Itera
     """With a --problems-file, the options that would choose generated problems (`flags`: field
     name to flag) are an error when given (`given`: the fields set on the command line) or set to
     anything but their defaults: silently unused, a `--count 30` would have evaluated a whole file."""
+    refuse_beside(
+        config,
+        "problems_file",
+        flags,
+        given,
+        "uses every problem of its file (to use fewer, write fewer lines to a file)",
+    )
+
+
+def refuse_beside(config: Any, source: str, flags: dict[str, str], given: Iterable[str], why: str) -> None:
+    """When the field `source` is set, the options of `flags` (field name to flag) are an error
+    when given on the command line or set to anything but their defaults. `why` completes
+    "... cannot be used with --source, which ..."."""
+    if not getattr(config, source):
+        return
     defaults, given = type(config)(), set(given)
     used = [
         flag
         for name, flag in flags.items()
         if name in given or getattr(config, name) != getattr(defaults, name)
     ]
-    if config.problems_file and used:
-        raise UserError(
-            f"{' and '.join(used)} cannot be used with --problems-file, which uses every problem "
-            "of its file (to use fewer, write fewer lines to a file)"
-        )
+    if used:
+        raise UserError(f"{' and '.join(used)} cannot be used with --{source.replace('_', '-')}, which {why}")
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

@@ -85,7 +85,9 @@ def verify_files(
         elif v["problem_id"] not in problems:
             report.errors.append(f"{where}: unknown problem id {v['problem_id']!r}")
         elif not isinstance(v["completion"], str):
-            report.errors.append(f"{where}: completion must be a string, got {type(v['completion']).__name__}")
+            report.errors.append(
+                f"{where}: completion must be a string, got {type(v['completion']).__name__}"
+            )
         elif not v["completion"].strip():
             report.errors.append(f"{where}: empty completion")
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.tasks import generate_problems, get_task
+from axiom_rl.tasks.prompts import format_prompt
 from axiom_rl.train.sft import SFTStopped, sft
 
 # ---------------------------------------------------------------------------------- pass@k
@@ -410,20 +412,15 @@ def test_sft_from_the_samples_of_an_evaluation(tmp_path):
         store.add_batch(
             empty, problems, [Attempt(p.id, 0, "nope", 0.0, "format_error", 0, 1, 2, 0.0) for p in problems]
         )
-    final = sft(
-        SFTConfig(
-            tiny_size="nano",
-            steps=5,
-            batch_size=4,
-            from_samples="good",
-            db=str(db),
-            tasks=["edit_distance"],  # ignored with from_samples: the samples say what is learned
-            output_dir=str(tmp_path / "a"),
-        )
-    )
+    options: dict = dict(tiny_size="nano", steps=5, batch_size=4, from_samples="good", db=str(db))
+    final = sft(SFTConfig(**options, output_dir=str(tmp_path / "a")))
     assert (final / "model.safetensors").exists()
     card = json.loads((final / "axiom_rl.json").read_text())
-    assert (card["tasks"], card["difficulties"]) == (["countdown"], [1])
+    assert (card["tasks"], card["difficulties"]) == (["countdown"], [1])  # the samples say what is learnt
+    # A --task beside --from-samples would be silently unused: refused before anything is written.
+    with pytest.raises(UserError, match="--task cannot be used with --from-samples"):
+        sft(SFTConfig(**options, tasks=["edit_distance"], output_dir=str(tmp_path / "c")))
+    assert not (tmp_path / "c").exists()
     with pytest.raises(UserError, match="no correct completions"):
         sft(
             SFTConfig(
@@ -433,12 +430,18 @@ def test_sft_from_the_samples_of_an_evaluation(tmp_path):
     assert not (tmp_path / "b").exists()  # refused before anything was written
 
 
-@pytest.mark.parametrize("source", ["references", "samples"])
+@pytest.mark.parametrize("source", ["references", "samples", "problems-file"])
 def test_sft_resumed_from_a_checkpoint_ends_as_an_uninterrupted_run(tmp_path, source):
     """The same metrics and the same final weights, byte for byte: the model, AdamW, the schedule
-    and the position in the example stream (both kinds: generated references, and samples of an
-    evaluation shuffled anew each epoch, here 2 epochs of 3 samples by step 2) all come back."""
+    and the position in the example stream (all three kinds: generated references; samples of an
+    evaluation shuffled anew each epoch, here 2 epochs of 3 samples by step 2; a problems file,
+    reshuffled each pass) all come back."""
     options: dict = dict(tiny_size="nano", steps=6, batch_size=4, lr=5e-3, warmup_steps=2, save_every=2)
+    if source == "problems-file":
+        problems_file = tmp_path / "p.jsonl"
+        problems = generate_problems("lcs", 2, 3)
+        problems_file.write_text("".join(json.dumps(p.to_dict()) + "\n" for p in problems))
+        options.update(problems_file=str(problems_file))
     if source == "samples":
         db = tmp_path / "r.db"
         problems = generate_problems("countdown", 1, 3, split="eval")
@@ -480,6 +483,39 @@ def test_sft_resumed_from_a_checkpoint_ends_as_an_uninterrupted_run(tmp_path, so
 
     assert [r["step"] for r in rows("b")] == [1, 2, 3, 4, 5, 6] and rows("b") == rows("a")
     assert (resumed / "model.safetensors").read_bytes() == (straight / "model.safetensors").read_bytes()
+
+
+def test_sft_on_a_problems_file_learns_every_reference_solution_once_a_pass(tmp_path):
+    """`sft --problems-file`: the targets are the file's own reference solutions, each problem
+    once per pass in a seeded order; the model card names the file's tasks. A file with a problem
+    lacking its reference solution is refused before anything is written."""
+    from axiom_rl.models.load import load_policy
+    from axiom_rl.train.sft import SFTExamples
+
+    problems = generate_problems("lcs", 2, 4) + generate_problems("fizzbuzz", 1, 3)
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(p.to_dict()) + "\n" for p in problems))
+    cfg = SFTConfig(tiny_size="nano", steps=3, batch_size=4, problems_file=str(path))
+    tokenizer = load_policy("tiny", tiny_size="nano", need_reference=False).tokenizer
+    examples = SFTExamples(cfg, tokenizer, "full", problems=problems)
+    want = {
+        (format_prompt(p, tokenizer, "full", "auto"), f"```python\n{p.reference_solution.rstrip()}\n```")
+        for p in problems
+    }
+    first, second = examples.take(len(problems)), examples.take(len(problems))
+    assert set(first) == want and set(second) == want and len(first) == len(second) == len(want)
+    assert first != second  # the seeded order is reshuffled for the second pass
+    final = sft(dataclasses.replace(cfg, output_dir=str(tmp_path / "a")), say=lambda m: None)
+    card = json.loads((final / "axiom_rl.json").read_text())
+    assert (card["tasks"], card["difficulties"]) == (["fizzbuzz", "lcs"], [1, 2])
+    assert "reference solutions of" in (tmp_path / "a/train.log").read_text()
+
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[5]["reference_solution"] = None
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(UserError, match=f"1 of 7 problems have no reference solution.*{problems[5].id}"):
+        sft(dataclasses.replace(cfg, output_dir=str(tmp_path / "b")))
+    assert not (tmp_path / "b").exists()
 
 
 def test_sft_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path, capsys):

@@ -42,7 +42,7 @@ class RunLog:
             for name in ("metrics.jsonl", "samples.jsonl"):
                 _truncate_jsonl(self.dir / name, resume_step)
         self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        self._samples = open(self.dir / "samples.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._samples: Any = None  # opened on the first samples: an SFT run writes none
         self._log = open(self.dir / "train.log", "a", encoding="utf-8")  # noqa: SIM115
         self._tb = None
         if tensorboard:
@@ -67,12 +67,15 @@ class RunLog:
                     self._tb.add_scalar(key, value, step)
 
     def samples(self, rows: list[dict[str, Any]]) -> None:
+        if self._samples is None:
+            self._samples = open(self.dir / "samples.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         for row in rows:
             self._samples.write(json.dumps(row) + "\n")
         self._samples.flush()
 
     def close(self) -> None:
         for f in (self._metrics, self._samples, self._log):
-            f.close()
+            if f is not None:
+                f.close()
         if self._tb is not None:
             self._tb.close()

@@ -1,7 +1,9 @@
 """Supervised fine-tuning: the warm-up before GRPO ("SFT teaches the pattern, GRPO refines it").
 
-Two sources of targets, rendered in exactly the prompt format training and evaluation use:
+Three sources of targets, rendered in exactly the prompt format training and evaluation use:
 - reference solutions of generated train problems (distillation from the built-in solvers);
+- `problems_file`: the reference solutions of a file's problems (an imported benchmark's
+  training part, such as MBPP's, or a `problems export`);
 - `from_samples`: the verified-correct completions of an evaluation run in a results database
   (rejection sampling: the model's own successes become its training data).
 The loss is the mean negative log-likelihood of completion tokens only (the prompt is context),
@@ -17,18 +19,19 @@ from typing import Any
 
 import torch
 
-from ..config import SFTConfig, save_config
+from ..config import SFTConfig, refuse_beside, save_config
 from ..errors import UserError, at_least, choose
 from ..io import hold_run_dir
 from ..models.load import check_model_spec, load_policy
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
+from ..verify_files import read_problems_file
 from .batch import build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
-from .problems import ProblemStream
+from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
 
 
@@ -44,24 +47,42 @@ def correct_samples(cfg: SFTConfig) -> list[tuple[Problem, str]]:
     return [(problems[a["problem_id"]], a["completion"]) for a in good]
 
 
+def reference_problems(cfg: SFTConfig) -> list[Problem]:
+    """The problems of `cfg.problems_file`, each of which must have a reference solution."""
+    problems = read_problems_file(cfg.problems_file)
+    missing = [p.id for p in problems if not p.reference_solution]
+    if missing:
+        raise UserError(
+            f"{cfg.problems_file}: {len(missing)} of {len(problems)} problems have no reference solution "
+            f"to train on (the first: {missing[0]!r})"
+        )
+    return problems
+
+
 class SFTExamples:
     """(prompt, completion) pairs, endlessly, in the order the seed gives: the given samples
-    (rejection sampling), shuffled anew each epoch, or reference solutions of generated train
-    problems. `skip(n)` moves on as if n had been taken, without rendering them (a resume)."""
+    (rejection sampling), shuffled anew each epoch; or reference solutions of the given problems
+    (a problems file), reshuffled each pass; or of generated train problems. `skip(n)` moves on
+    as if n had been taken, without rendering them (a resume)."""
 
     def __init__(
-        self, cfg: SFTConfig, tokenizer: Any, style: str, samples: list[tuple[Problem, str]] | None = None
+        self,
+        cfg: SFTConfig,
+        tokenizer: Any,
+        style: str,
+        samples: list[tuple[Problem, str]] | None = None,
+        problems: list[Problem] | None = None,
     ) -> None:
         from .grpo import parse_tasks_and_difficulties
 
         self.cfg, self.tokenizer, self.style, self.samples = cfg, tokenizer, style, samples
         self._order = torch.Generator().manual_seed(cfg.seed)
         self._epoch: list[int] = []
-        self._stream = (
-            None
-            if samples is not None
-            else ProblemStream(*parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty), cfg.seed)
-        )
+        self._stream: ProblemStream | FileProblemStream | None = None
+        if problems is not None:
+            self._stream = FileProblemStream(problems, cfg.seed)
+        elif samples is None:
+            self._stream = ProblemStream(*parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty), cfg.seed)
 
     def _next(self) -> tuple[Problem, str | None]:
         if self._stream is not None:
@@ -88,20 +109,42 @@ class SFTExamples:
             self._next()
 
 
-def trained_on(cfg: SFTConfig, samples: list[tuple[Problem, str]] | None) -> tuple[list[str], list[int]]:
+def trained_on(cfg: SFTConfig, problems: list[Problem] | None) -> tuple[list[str], list[int]]:
     """The tasks and difficulties the model learns from (for its model card, which `eval compare`
-    reads to mark rows as trained on): those of the samples, or else the config's."""
+    reads to mark rows as trained on): those of the problems (of the samples or the problems
+    file), or else the config's."""
     from .grpo import parse_tasks_and_difficulties
 
-    if samples is None:
+    if problems is None:
         return parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
-    return sorted({p.task for p, _ in samples}), sorted({p.difficulty for p, _ in samples})
+    return sorted({p.task for p in problems}), sorted({p.difficulty for p in problems})
 
 
-def check_sft_config(cfg: SFTConfig) -> str:
-    from .grpo import check_training_options, parse_tasks_and_difficulties, resolve_prompt_style
+def check_sft_config(cfg: SFTConfig, given: Any = ()) -> str:
+    """Every option checked before anything is loaded or written (`given`: the fields set on the
+    command line). Returns the prompt style."""
+    from .grpo import (
+        TRAIN_GENERATION_OPTIONS,
+        check_training_options,
+        parse_tasks_and_difficulties,
+        resolve_prompt_style,
+    )
 
-    parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
+    # One source of targets: the options of another would be silently unused.
+    refuse_beside(
+        cfg,
+        "problems_file",
+        {**TRAIN_GENERATION_OPTIONS, "from_samples": "--from-samples"},
+        given,
+        "trains on the reference solutions of its problems",
+    )
+    refuse_beside(
+        cfg, "from_samples", TRAIN_GENERATION_OPTIONS, given, "trains on the correct completions of that run"
+    )
+    if cfg.problems_file:
+        reference_problems(cfg)
+    else:
+        parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
     at_least(("steps", cfg.steps, 1), ("batch_size", cfg.batch_size, 1))
@@ -118,13 +161,14 @@ def sft(
     finishes the step, writes a checkpoint and raises SFTStopped; `resume` continues from it."""
     style = check_sft_config(cfg)
     samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
+    problems = reference_problems(cfg) if cfg.problems_file else None
     run_dir = Path(cfg.output_dir)
     check_run_dir(cfg)
     with hold_run_dir(run_dir):  # and checked again once held: another may have started there first
         ckpt = check_run_dir(cfg, held=True)
         if ckpt is None:
             save_config(cfg, run_dir / "config.json")
-        return _sft(cfg, run_dir, ckpt, style, samples, progress, say)
+        return _sft(cfg, run_dir, ckpt, style, samples, problems, progress, say)
 
 
 class SFTStopped(KeyboardInterrupt):
@@ -138,7 +182,7 @@ class SFTStopped(KeyboardInterrupt):
 
 def _sft(
     cfg: SFTConfig, run_dir: Path, ckpt: Path | None, style: str, samples: list[tuple[Problem, str]] | None,
-    progress: Callable[[int, int, dict[str, Any]], None] | None, say: Callable[[str], None],
+    problems: list[Problem] | None, progress: Callable[[int, int, dict[str, Any]], None] | None, say: Callable[[str], None],
 ) -> Path:  # fmt: skip
     from transformers import get_scheduler
 
@@ -155,7 +199,7 @@ def _sft(
     scheduler = get_scheduler(
         cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
     )
-    examples = SFTExamples(cfg, tok, style, samples)
+    examples = SFTExamples(cfg, tok, style, samples, problems)
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step = 0
     if ckpt is not None:
@@ -164,7 +208,13 @@ def _sft(
         scale.load_state_dict(state.get("loss_scale"))
         examples.skip(step * cfg.batch_size)  # the examples the steps so far took
     log = RunLog(run_dir, resume_step=step if ckpt is not None else None, tensorboard=False)
-    source = "samples of " + cfg.from_samples if cfg.from_samples else ",".join(cfg.tasks)
+    source = (
+        f"samples of {cfg.from_samples}"
+        if cfg.from_samples
+        else f"reference solutions of {cfg.problems_file}"
+        if cfg.problems_file
+        else ",".join(cfg.tasks)
+    )
     log.info(f"{'resumed at step ' + str(step) if ckpt else 'started'}: SFT of {cfg.model} on {source}")
 
     def checkpoint() -> None:
@@ -213,7 +263,7 @@ def _sft(
         checkpoint()
         if stop.requested and step < cfg.steps:
             raise SFTStopped(step, run_dir)
-        tasks, difficulties = trained_on(cfg, samples)
+        tasks, difficulties = trained_on(cfg, problems if samples is None else [p for p, _ in samples])
         card = {
             "prompt_style": style,
             "chat_template": cfg.chat_template,
