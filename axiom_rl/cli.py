@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import sys
@@ -203,7 +204,7 @@ def problems_export(
 ) -> None:
     """Write problems as JSONL: COUNT per task and difficulty, deterministic for a seed."""
     from .io import write_jsonl_atomic
-    from .tasks import CodeTask, generate_problems, get_task, parse_task_list, task_names
+    from .tasks import CodeTask, get_task, iter_problems, parse_task_list, task_names
 
     if bool(task_spec) == all_tasks:
         raise UserError("give exactly one of --task T[,T...] or --all")
@@ -215,13 +216,18 @@ def problems_export(
         raise UserError(f"--num-tests must be between 1 and 100, got {num_tests}")
     names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
     lo, hi = parse_range(difficulty_range) if difficulty_range else (difficulty or 1, difficulty or 1)
-    rows = []
-    for name in names:
-        task = get_task(name)
-        if num_tests is not None and isinstance(task, CodeTask):
-            task = get_task(name, num_tests=num_tests)
-        for d in range(lo, hi + 1):
-            rows.extend(p.to_json() for p in generate_problems(task, d, count, seed=seed, split=split))
+    rows: list[str] = []
+    bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
+    with bar:  # (a bar closed before an error's line is printed)
+        bar.update(bar_task, total=len(names) * (hi - lo + 1) * count)
+        for name in names:
+            task = get_task(name)
+            if num_tests is not None and isinstance(task, CodeTask):
+                task = get_task(name, num_tests=num_tests)
+            for d in range(lo, hi + 1):
+                for problem in itertools.islice(iter_problems(task, d, seed=seed, split=split), count):
+                    rows.append(problem.to_json())
+                    bar.advance(bar_task)
     n = write_jsonl_atomic(out_path, rows)
     err.print(
         f"wrote {n} problems ({len(names)} task{'s' * (len(names) != 1)}, difficulty "

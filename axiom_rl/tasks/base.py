@@ -16,6 +16,7 @@ apart), and a sampler of inputs. Expected outputs are computed in this (trusted)
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import random
@@ -84,7 +85,9 @@ class Task:
         raise NotImplementedError
 
 
+@functools.cache
 def _source_of(fn: Callable[..., Any]) -> str:
+    # Cached: getsource re-tokenises the module each call, half of generating a problem.
     return textwrap.dedent(inspect.getsource(fn)).strip() + "\n"
 
 
