@@ -18,6 +18,7 @@ reports every component, not only the weighted sum, so training logs show which 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,9 +123,16 @@ def parse_reward_specs(text: str | None) -> list[RewardSpec] | None:
         if name not in REWARDS:
             raise UserError(f"unknown reward {name!r}; choose from: auto, {', '.join(sorted(REWARDS))}")
         try:
-            specs.append(RewardSpec(name, float(weight) if weight else 1.0))
+            value = float(weight) if weight else 1.0
         except ValueError:
-            raise UserError(f"reward weight must be a number, got {weight!r} in {part!r}") from None
+            value = math.nan
+        if not math.isfinite(value):
+            raise UserError(f"reward weight must be a finite number, got {weight!r} in {part!r}")
+        if any(s.name == name for s in specs):
+            raise UserError(f"reward {name!r} is given twice in {text!r}")
+        specs.append(RewardSpec(name, value))
+    if all(s.weight == 0 for s in specs):
+        raise UserError(f"every reward weight in {text!r} is 0: every reward would be 0 and nothing learnt")
     return specs
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from axiom_rl.errors import UserError
@@ -84,3 +86,14 @@ def test_parse_reward_specs():
         parse_reward_specs("nope")
     with pytest.raises(UserError, match="number"):
         parse_reward_specs("binary:x")
+    # A reward that could only be NaN, or 0 everywhere, would teach nothing: refused up front.
+    assert parse_reward_specs("binary:1,length_penalty:-0.5")[1].weight == -0.5  # a penalty is fine
+    for bad, message in [
+        ("binary:nan", "finite number, got 'nan'"),
+        ("binary:inf", "finite number, got 'inf'"),
+        ("format:0", "every reward weight in 'format:0' is 0"),
+        ("binary:0,format:0.0", "is 0"),
+        ("binary,binary:2", "'binary' is given twice"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            parse_reward_specs(bad)
