@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -21,7 +22,7 @@ from conftest import run_in_background
 from axiom_rl.algorithms import ADVANTAGES, LOSSES, register_loss
 from axiom_rl.algorithms.losses import clipped_surrogate_loss
 from axiom_rl.cli import main, resolve_config
-from axiom_rl.config import TrainConfig
+from axiom_rl.config import SFTConfig, TrainConfig
 from axiom_rl.errors import UserError
 from axiom_rl.io import current_umask
 from axiom_rl.models.load import load_policy
@@ -30,6 +31,7 @@ from axiom_rl.tasks import Task, generate_problems, register_task
 from axiom_rl.tasks.registry import TASKS
 from axiom_rl.train.batch import build_batch, completion_logprobs
 from axiom_rl.train.grpo import TrainingStopped, train
+from axiom_rl.train.sft import sft
 from axiom_rl.types import PASSED, WRONG_ANSWER, Problem, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -408,6 +410,32 @@ def test_an_existing_run_is_not_overwritten(tmp_path):
     assert (tmp_path / "run/metrics.jsonl").read_bytes() == before
     with pytest.raises(UserError, match="no checkpoint"):
         train(small(tmp_path, output_dir=str(tmp_path / "empty"), resume=True))
+
+
+def test_a_run_that_failed_before_its_first_step_can_be_started_again(tmp_path):
+    """An error found once the model is loaded (here: a chat template it lacks) comes after the
+    run directory holds its config; the corrected command must not be told "already holds a run"
+    (nor could that run be resumed: it has no checkpoint). Its log says why it ended."""
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match="has no chat template"):
+        train(small(tmp_path, chat_template="on"))
+    assert (run / "config.json").exists() and not (run / "checkpoints").exists()
+    assert (
+        "failed after 0 step(s): chat_template=on, but the tokenizer has no chat template"
+        in (run / "train.log").read_text()
+    )
+    with pytest.raises(UserError, match="ended before its first step: start it again without --resume"):
+        train(small(tmp_path, resume=True))
+    result = train(small(tmp_path))
+    assert result.steps == 2 and json.loads((run / "config.json").read_text())["chat_template"] == "auto"
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(UserError, match="already holds a run"):  # now it has begun
+        train(small(tmp_path))
+    # SFT the same way
+    sft_cfg = SFTConfig(tiny_size="nano", steps=1, batch_size=2, output_dir=str(tmp_path / "sft"))
+    with pytest.raises(UserError, match="has no chat template"):
+        sft(dataclasses.replace(sft_cfg, chat_template="on"))
+    assert (sft(sft_cfg) / "model.safetensors").exists()
 
 
 # ---------------------------------------------------------------------------------- the update

@@ -69,13 +69,34 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
     if cfg.resume:
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
-            raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
+            never_began = (run_dir / "config.json").exists() and not run_has_begun(run_dir)
+            raise UserError(
+                f"--resume: no checkpoint in {run_dir}/checkpoints"
+                + (
+                    "; the run there ended before its first step: start it again without --resume"
+                    if never_began
+                    else ""
+                )
+            )
         return ckpt
-    if (run_dir / "config.json").exists() or (run_dir / "metrics.jsonl").exists():
+    if run_has_begun(run_dir):
         raise UserError(
             f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
         )
     return None
+
+
+def run_has_begun(run_dir: Path) -> bool:
+    """Does run_dir hold anything a run made that a fresh one would lose: a metrics row, a
+    checkpoint, a final model? A run that failed before its first step (a model that would not
+    load, a chat template it lacks) left only its config and empty logs, and a corrected command
+    may start there again (the config is rewritten, the logs are appended to)."""
+    metrics = run_dir / "metrics.jsonl"
+    return (
+        (metrics.exists() and metrics.stat().st_size > 0)
+        or latest_checkpoint(run_dir) is not None
+        or (run_dir / "final_model").exists()
+    )
 
 
 def save_weights(model: Any, path: Path) -> None:

@@ -505,6 +505,7 @@ class _NullLog:
     """What ranks other than 0 log: nothing."""
 
     def info(self, message: str) -> None: ...
+    def failed(self, steps_done: int, error: BaseException) -> None: ...
     def metrics(self, row: dict[str, Any]) -> None: ...
     def samples(self, rows: list[dict[str, Any]]) -> None: ...
     def close(self) -> None: ...
@@ -593,6 +594,13 @@ def _train(
         if sandbox is not None:
             stack.enter_context(sandbox)
         stack.callback(log.close)
+
+        def record_failure(kind: Any, error: BaseException | None, _tb: Any) -> bool:
+            if error is not None and not isinstance(error, TrainingStopped):  # (which logs its own)
+                log.failed(step, error)
+            return False  # the error goes on up
+
+        stack.push(record_failure)
         started = time.perf_counter()
         flat_steps = 0  # rollouts in a row whose advantages were all 0
         while step < cfg.steps:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..io import ensure_dir, write_text_atomic
 
 
@@ -56,6 +57,11 @@ class RunLog:
     def info(self, message: str) -> None:
         self._log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
         self._log.flush()
+
+    def failed(self, steps_done: int, error: BaseException) -> None:
+        """Record the error that ended the run (the console's line is gone by the time the log is read)."""
+        what = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
+        self.info(f"failed after {steps_done} step(s): {what}")
 
     def metrics(self, row: dict[str, Any]) -> None:
         self._metrics.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")

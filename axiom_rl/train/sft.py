@@ -272,6 +272,10 @@ def _sft(
             "sft_steps": step,
         }
         save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
+    except BaseException as error:
+        if not isinstance(error, SFTStopped):
+            log.failed(step - 1, error)  # (step counts the one under way)
+        raise
     finally:
         log.close()
     return run_dir / "final_model"
