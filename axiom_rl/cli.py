@@ -575,14 +575,21 @@ def eval(ctx: click.Context, config_path: str | None, **options: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from .config import refuse_beside_problems_file
-    from .eval.evaluate import GENERATION_OPTIONS, check_eval_config, evaluate
+    from .eval.evaluate import GENERATION_OPTIONS, check_eval_config, default_run_name, evaluate
 
     overrides = gather_overrides(options)
     cfg = resolve_config(EvalConfig, config_path, overrides, command="eval")
     refuse_beside_problems_file(cfg, GENERATION_OPTIONS, given=overrides)
     check_eval_config(cfg)
-    with phase_bar("evaluating") as progress:
-        name, summary = evaluate(cfg, progress=lambda done, total: progress(done, total))
+    try:
+        with phase_bar("evaluating") as progress:
+            name, summary = evaluate(cfg, progress=lambda done, total: progress(done, total))
+    except KeyboardInterrupt:  # every batch stored so far is kept, and a rerun skips it
+        err.print(
+            f"interrupted; the attempts made so far are stored in {cfg.db} as run "
+            f"{cfg.run_name or default_run_name(cfg)!r}: the same command finishes it"
+        )
+        raise click.exceptions.Exit(130) from None
     print_eval_summary(name, summary)
     err.print(
         f"stored as run {name!r} in {cfg.db}"

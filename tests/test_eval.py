@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -114,6 +115,28 @@ def test_a_database_that_is_not_ours_is_refused_and_left_alone(tmp_path):
     assert other.read_bytes() == before and text.read_text() == "hello"
 
 
+def test_a_damaged_database_is_a_one_line_error(tmp_path, capsys):
+    """Pages overwritten (a disk fault, a copy taken mid-write): every command that reads it says
+    so in one line, exit code 2, instead of an sqlite3 traceback."""
+    db = tmp_path / "r.db"
+    problems = generate_problems("countdown", 1, 40, split="eval")
+    with ResultsDB(db) as store:
+        run = store.start_run("base", "tiny", {})
+        store.add_batch(
+            run, problems, [Attempt(p.id, 0, "x" * 500, 0.0, "format_error", 0, 1, 9, 0.0) for p in problems]
+        )
+    data = bytearray(db.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    data[page:] = b"\xff" * (len(data) - page)  # every page but the first (the schema) overwritten
+    db.write_bytes(bytes(data))
+    for args in (["eval", "list"], ["eval", "compare", "base", "base"], ["sft", "--from-samples", "base"]):
+        extra = ["--output-dir", str(tmp_path / "sft")] if args[0] == "sft" else []
+        assert main([*args, "--db", str(db), *extra]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err == f"axiom-rl: error: results database {db}: database disk image is malformed", err
+    assert not (tmp_path / "sft").exists()
+
+
 RACE_TO_OPEN = """
 import sys, time
 from axiom_rl.errors import UserError
@@ -213,6 +236,33 @@ def test_an_interrupted_evaluation_finishes_without_duplicates(tmp_path, model_d
     key = lambda r: (r["problem_id"], r["sample"])  # noqa: E731
     assert sorted(map(key, cut)) == sorted(map(key, full))
     assert [r["completion"] for r in sorted(cut, key=key)] == [r["completion"] for r in sorted(full, key=key)]
+
+
+def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):
+    """A real Ctrl-C mid-evaluation: exit code 130, no traceback, and a line naming the stored run
+    and how to finish it; the same command then does."""
+    db = tmp_path / "r.db"
+    args = [sys.executable, "-m", "axiom_rl", "eval", "--model", str(model_dir), "--task", "countdown",
+            "--count", "400", "--batch-size", "4", "--max-completion-length", "8", "--db", str(db)]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if db.exists():
+            with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(db)) as conn:
+                if conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] > 0:
+                    break
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    name = f"{str(model_dir).replace('/', '_')}-countdown-d1-greedy-s0"
+    assert f"stored in {db} as run {name!r}: the same command finishes it" in stderr
+    with ResultsDB(db) as store:
+        assert 0 < len(store.attempts(store.require_run(name))) < 400
+    finished = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    with ResultsDB(db) as store:
+        assert len(store.attempts(store.require_run(name))) == 400
 
 
 def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):

@@ -97,6 +97,17 @@ def _new_database(path: Path) -> None:
         conn.close()
 
 
+# SQLite's words for a file (or the disk under it) in trouble, rather than a query in error.
+_STORAGE_TROUBLE = ("malformed", "not a database", "disk is full", "readonly", "disk I/O error")
+
+
+def _storage_error(path: Path, error: BaseException) -> UserError | None:
+    """A one-line user error for a damaged database or a full or read-only disk, else None."""
+    if isinstance(error, sqlite3.DatabaseError) and any(w in str(error) for w in _STORAGE_TROUBLE):
+        return UserError(f"results database {path}: {error}")
+    return None
+
+
 class ResultsDB:
     def __init__(self, path: str | Path, create: bool = True) -> None:
         """Open the database at `path`, creating it unless `create` is False (readers: a
@@ -123,7 +134,11 @@ class ResultsDB:
             self.conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.OperationalError as e:  # a place it cannot be created, a read-only file
             raise UserError(f"cannot open database {path}: {e}") from None
-        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        try:
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise _storage_error(self.path, e) or e from None
         if version != SCHEMA_VERSION:
             raise UserError(
                 f"{path} has schema version {version}; this axiom-rl reads version {SCHEMA_VERSION}"
@@ -135,8 +150,11 @@ class ResultsDB:
     def __enter__(self) -> ResultsDB:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> None:
         self.close()
+        trouble = _storage_error(self.path, error) if error is not None else None
+        if trouble is not None:
+            raise trouble from None
 
     # ------------------------------------------------------------------ runs
 
