@@ -10,11 +10,13 @@ private 0600 / 0700 of a temporary file never leaks into the result.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
 import stat
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,13 +218,23 @@ class JsonlLine:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[JsonlLine]:
-    """Every non-blank line of `path`, parsed; malformed lines carry an error, not an exception."""
+    """Every non-blank line of `path`, parsed; malformed lines carry an error, not an exception.
+    A gzip-compressed file is read as its contents (HumanEval ships as HumanEval.jsonl.gz)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise UserError(f"no such file: {path}") from None
     except IsADirectoryError:
         raise UserError(f"expected a file, got a directory: {path}") from None
+    except PermissionError:
+        raise UserError(f"cannot read {path}: permission denied") from None
+    if data.startswith(b"\x1f\x8b"):  # gzip's magic number
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):  # (gzip.BadGzipFile is an OSError)
+            raise UserError(f"not a readable gzip file: {path}") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"not a UTF-8 text file: {path}") from None
     lines = []

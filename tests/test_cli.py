@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -190,6 +191,25 @@ def test_import_then_verify_humaneval(capsys, tmp_path):
     code, _, err = run(capsys, "verify", str(problems), str(completions), "--out", str(tmp_path / "r.jsonl"))
     assert code == 0
     assert "164 verified, mean reward 1.000" in err
+
+
+@needs_shared_data(HUMANEVAL)
+def test_humaneval_as_shipped_gzipped_imports_the_same(capsys, tmp_path):
+    """openai/human-eval ships data/HumanEval.jsonl.gz: it imports as the plain file does, and a
+    damaged one is a one-line error."""
+    packed = tmp_path / "HumanEval.jsonl.gz"
+    packed.write_bytes(gzip.compress(HUMANEVAL.read_bytes()))
+    plain, unpacked = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for source, out in ((HUMANEVAL, plain), (packed, unpacked)):
+        assert (
+            run(capsys, "problems", "import", "--format", "humaneval", str(source), "--out", str(out))[0] == 0
+        )
+    assert unpacked.read_bytes() == plain.read_bytes() and len(plain.read_text().splitlines()) == 164
+    packed.write_bytes(packed.read_bytes()[:200])
+    code, _, err = run(
+        capsys, "problems", "import", "--format", "humaneval", str(packed), "--out", str(plain)
+    )
+    assert code == 2 and err.strip() == f"axiom-rl: error: not a readable gzip file: {packed}"
 
 
 def test_import_rejects_a_file_of_the_wrong_format(capsys, tmp_path):

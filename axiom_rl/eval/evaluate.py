@@ -84,7 +84,8 @@ def default_run_name(cfg: EvalConfig) -> str:
     mode = "greedy" if cfg.temperature == 0 else f"t{cfg.temperature:g}x{cfg.samples}"
     model = cfg.model.rstrip("/").replace("/", "_")
     if cfg.problems_file:
-        return f"{model}-{Path(cfg.problems_file).stem}-{mode}-s{cfg.seed}"
+        stem = Path(Path(cfg.problems_file).name.removesuffix(".gz")).stem  # he.jsonl(.gz) -> he
+        return f"{model}-{stem}-{mode}-s{cfg.seed}"
     return f"{model}-{'+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
 
 
