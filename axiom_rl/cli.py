@@ -359,8 +359,21 @@ config_file_option = click.option(
 )
 
 
-def gather_overrides(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if v is not None}
+all_tasks_option = click.option(
+    "--all", "all_tasks", is_flag=True, help="Every generated task (instead of --task)."
+)
+
+
+def gather_overrides(options: dict[str, Any], all_tasks: bool = False) -> dict[str, Any]:
+    """The options given on the command line; `all_tasks` (--all) sets tasks to every generated one."""
+    overrides = {k: v for k, v in options.items() if v is not None}
+    if all_tasks:
+        from .tasks import task_names
+
+        if "tasks" in overrides:
+            raise UserError("give --task or --all, not both")
+        overrides["tasks"] = task_names(generatable=True)
+    return overrides
 
 
 def resolve_config(
@@ -416,7 +429,7 @@ def training_progress(
 
 @cli.command(cls=_SeedsFlags, context_settings={"max_content_width": 110})
 @config_file_option
-@click.option("--all", "all_tasks", is_flag=True, help="Train on every generated task.")
+@all_tasks_option
 @config_options(TrainConfig, {"tasks": ["--task"], "num_generations": ["--generations"]})
 def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     """Train a model with GRPO on verifiable problems (see configs/ for examples).
@@ -424,16 +437,11 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     The seeds' flags work too: --problems a b, --generations N, --verbose.
     """
     from .config import refuse_beside_problems_file
-    from .tasks import task_names
     from .train.checkpoint import check_run_dir
     from .train.grpo import TRAIN_GENERATION_OPTIONS, TrainingStopped, plan_run
     from .train.grpo import train as run_training
 
-    overrides = gather_overrides(options)
-    if all_tasks:
-        if "tasks" in overrides:
-            raise UserError("give --task/--problems or --all, not both")
-        overrides["tasks"] = task_names(generatable=True)
+    overrides = gather_overrides(options, all_tasks)
     cfg = resolve_config(TrainConfig, config_path, overrides)
     refuse_beside_problems_file(cfg, TRAIN_GENERATION_OPTIONS, given=overrides)
     plan_run(cfg)  # every name and number checked before the progress bar draws anything
@@ -533,8 +541,9 @@ def problems_check(count: int) -> int:
 
 @cli.command(context_settings={"max_content_width": 110})
 @config_file_option
+@all_tasks_option
 @config_options(SFTConfig, {"tasks": ["--task"]})
-def sft(config_path: str | None, **options: Any) -> int:
+def sft(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     """Supervised fine-tuning on reference solutions (of generated problems, or of a
     --problems-file), or with --from-samples RUN on a model's own verified-correct completions
     (rejection sampling); loss on completion tokens only."""
@@ -542,7 +551,7 @@ def sft(config_path: str | None, **options: Any) -> int:
     from .train.sft import SFTStopped, check_sft_config
     from .train.sft import sft as run_sft
 
-    overrides = gather_overrides(options)
+    overrides = gather_overrides(options, all_tasks)
     cfg = resolve_config(SFTConfig, config_path, overrides, command="sft")
     check_sft_config(cfg, given=overrides)
     check_run_dir(cfg)
@@ -565,9 +574,10 @@ def sft(config_path: str | None, **options: Any) -> int:
 
 @cli.group(invoke_without_command=True, context_settings={"max_content_width": 110})
 @config_file_option
+@all_tasks_option
 @config_options(EvalConfig, {"tasks": ["--task"]})
 @click.pass_context
-def eval(ctx: click.Context, config_path: str | None, **options: Any) -> None:
+def eval(ctx: click.Context, config_path: str | None, all_tasks: bool, **options: Any) -> None:
     """Evaluate a model on held-out problems; every attempt goes into an SQLite database.
 
     Subcommands: `eval compare A B` (before/after table), `eval list` (runs in a database).
@@ -577,7 +587,7 @@ def eval(ctx: click.Context, config_path: str | None, **options: Any) -> None:
     from .config import refuse_beside_problems_file
     from .eval.evaluate import GENERATION_OPTIONS, check_eval_config, default_run_name, evaluate
 
-    overrides = gather_overrides(options)
+    overrides = gather_overrides(options, all_tasks)
     cfg = resolve_config(EvalConfig, config_path, overrides, command="eval")
     refuse_beside_problems_file(cfg, GENERATION_OPTIONS, given=overrides)
     check_eval_config(cfg)

@@ -25,7 +25,7 @@ from axiom_rl.eval.evaluate import evaluate, summarize
 from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.tasks import generate_problems, get_task
+from axiom_rl.tasks import generate_problems, get_task, task_names
 from axiom_rl.tasks.prompts import format_prompt
 from axiom_rl.train.sft import SFTStopped, sft
 
@@ -263,6 +263,25 @@ def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):
     assert finished.returncode == 0, finished.stderr[-2000:]
     with ResultsDB(db) as store:
         assert len(store.attempts(store.require_run(name))) == 400
+
+
+def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):
+    """`--all`: every generated task, as `train --all` and `problems export --all`; the run's
+    default name says "all" rather than listing 26 names."""
+    db = tmp_path / "r.db"
+    args = ["--model", "tiny", "--tiny-size", "nano", "--all"]
+    assert main(["eval", *args, "--count", "1", "--max-completion-length", "4", "--db", str(db)]) == 0
+    assert "stored as run 'tiny-all-d1-greedy-s0'" in capsys.readouterr().err
+    with ResultsDB(db) as store:
+        tasks = {a["task"] for a in store.attempts(store.require_run("tiny-all-d1-greedy-s0"))}
+    assert tasks == set(task_names(generatable=True)) and len(tasks) == 26
+    assert main(["sft", *args, "--steps", "1", "--batch-size", "4", "--output-dir", str(tmp_path / "s")]) == 0
+    card = json.loads((tmp_path / "s/final_model/axiom_rl.json").read_text())
+    assert card["tasks"] == task_names(generatable=True)
+    capsys.readouterr()
+    for command in (["eval", "--db", str(db)], ["sft", "--output-dir", str(tmp_path / "t")]):
+        assert main([*command, *args, "--task", "lcs"]) == 2
+        assert capsys.readouterr().err.strip() == "axiom-rl: error: give --task or --all, not both"
 
 
 def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):

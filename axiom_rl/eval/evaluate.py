@@ -23,7 +23,7 @@ from ..models.load import check_load_options, check_model_spec, load_for_inferen
 from ..rewards import compute_reward
 from ..rollout import get_backend
 from ..sandbox import Sandbox
-from ..tasks import generate_problems, get_task
+from ..tasks import generate_problems, get_task, task_names
 from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
@@ -86,7 +86,8 @@ def default_run_name(cfg: EvalConfig) -> str:
     if cfg.problems_file:
         stem = Path(Path(cfg.problems_file).name.removesuffix(".gz")).stem  # he.jsonl(.gz) -> he
         return f"{model}-{stem}-{mode}-s{cfg.seed}"
-    return f"{model}-{'+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
+    every = sorted(cfg.tasks) == sorted(task_names(generatable=True))  # --all
+    return f"{model}-{'all' if every else '+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
 
 
 def evaluate(
