@@ -598,6 +598,7 @@ def test_sft_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path, capsys):
     assert "Traceback" not in stderr and f"resume with: axiom-rl sft --resume --output-dir {run}" in stderr
     steps = len((run / "metrics.jsonl").read_text().splitlines())
     assert (run / f"checkpoints/step-{steps}").exists() and not (run / "final_model").exists()
+    assert f"stopped by request (Ctrl-C) at step {steps}" in (run / "train.log").read_text()
     # A fresh run there is refused; a resume with more steps finishes it.
     assert main(["sft", "--tiny-size", "nano", "--output-dir", str(run)]) == 2
     assert "already holds a run; use --resume" in capsys.readouterr().err

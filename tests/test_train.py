@@ -494,6 +494,7 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path, capsys):
     assert "Traceback" not in stderr and "resume with" in stderr
     steps = len((run / "metrics.jsonl").read_text().splitlines())
     assert (run / f"checkpoints/step-{steps}").exists()
+    assert f"stopped by request (Ctrl-C) at step {steps}" in (run / "train.log").read_text()
     # Once it has ended (the kernel drops its lock), the resume goes ahead.
     assert main(["train", "--resume", "--output-dir", str(run), "--steps", str(steps + 1)]) == 0
     assert [json.loads(r)["step"] for r in (run / "metrics.jsonl").read_text().splitlines()] == list(

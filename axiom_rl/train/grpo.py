@@ -710,6 +710,8 @@ def _train(
         checkpoint()
         result.stopped_early = step < cfg.steps and not budget_spent
         result.steps = step
+        if result.stopped_early:
+            log.info(f"stopped by request (Ctrl-C) at step {step}; axiom-rl train --resume continues it")
         if not result.stopped_early and parallel.is_main:
             card = {
                 "prompt_style": plan.prompt_style,

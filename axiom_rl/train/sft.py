@@ -262,6 +262,7 @@ def _sft(
                     checkpoint()
         checkpoint()
         if stop.requested and step < cfg.steps:
+            log.info(f"stopped by request (Ctrl-C) at step {step}; axiom-rl sft --resume continues it")
             raise SFTStopped(step, run_dir)
         tasks, difficulties = trained_on(cfg, problems if samples is None else [p for p, _ in samples])
         card = {
