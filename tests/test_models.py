@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from axiom_rl.models.load import PROXY_VARIABLES
+from axiom_rl.errors import UserError
+from axiom_rl.models.load import PROXY_VARIABLES, load_model_and_tokenizer
 from axiom_rl.models.tiny import TINY_SIZES, build_char_tokenizer, build_tiny_model
 
 TEXTS = ["10 19 -> 10\n<answer>", "def f(x):\n\treturn  x  # two spaces", "héllo – ünïcode ✓", "", "   \n\n"]
@@ -39,6 +42,41 @@ def test_saved_model_and_tokenizer_reload_as_the_same_thing(tmp_path):
     assert (again.eos_token_id, again.pad_token_id) == (tok.eos_token_id, tok.pad_token_id)
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert all((a == b).all() for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+
+
+def _saved_without(tmp_path, *fields: str):
+    """The nano model saved as a local model directory whose tokenizer config lacks `fields`."""
+    model, tok = build_tiny_model("nano", seed=1)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    for name in fields:
+        config.pop(name)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    return tok
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_eos(tmp_path):
+    """Without a pad token in its config, a Qwen2Tokenizer adds '<|endoftext|>' as a new token, one
+    past the model's embeddings: every batch then failed with an IndexError. EOS pads instead, and
+    training and evaluation run."""
+    tok = _saved_without(tmp_path, "pad_token")
+    assert AutoTokenizer.from_pretrained(tmp_path).pad_token_id == len(tok)  # the made-up token
+    net, loaded = load_model_and_tokenizer(str(tmp_path), torch.float32)
+    assert loaded.pad_token_id == loaded.eos_token_id == tok.eos_token_id
+    assert max(loaded.pad_token_id, loaded.eos_token_id) < net.get_input_embeddings().num_embeddings
+    from axiom_rl.config import TrainConfig
+    from axiom_rl.train.grpo import train
+
+    cfg = TrainConfig(model=str(tmp_path), steps=1, prompts_per_step=2, num_generations=2,
+                      max_completion_length=8, output_dir=str(tmp_path / "run"), save_every=0)  # fmt: skip
+    assert train(cfg, say=lambda m: None).steps == 1
+
+
+def test_a_tokenizer_whose_eos_the_model_lacks_is_a_user_error(tmp_path):
+    _saved_without(tmp_path, "eos_token")
+    with pytest.raises(UserError, match="no end-of-sequence token that the model knows"):
+        load_model_and_tokenizer(str(tmp_path), torch.float32)
 
 
 @pytest.mark.parametrize(

@@ -221,7 +221,16 @@ def _load_checked(model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed:
             raise UserError(f"cannot load model {model!r}: {str(e).splitlines()[0][:200]}") from None
         if path.exists():  # what a LoRA adapter trained on it records as its base: loadable from anywhere
             net.name_or_path = net.config._name_or_path = str(path.resolve())
-    if tok.pad_token is None:
+    rows = net.get_input_embeddings().num_embeddings
+    if tok.eos_token_id is None or not 0 <= tok.eos_token_id < rows:
+        raise UserError(
+            f"cannot use model {model!r}: its tokenizer has no end-of-sequence token that the model "
+            f"knows (eos {tok.eos_token!r}, id {tok.eos_token_id}; the model has {rows} token embeddings)"
+        )
+    if tok.pad_token_id is None or not 0 <= tok.pad_token_id < rows:
+        # No pad token, or one the tokenizer class made up beyond the model's vocabulary (a
+        # Qwen2Tokenizer without one in its config adds '<|endoftext|>' as a new token): pad with
+        # EOS, which only ever sits under the attention mask.
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     if net.generation_config.pad_token_id is None:
