@@ -593,7 +593,11 @@ def eval(ctx: click.Context, config_path: str | None, all_tasks: bool, **options
     check_eval_config(cfg)
     try:
         with phase_bar("evaluating") as progress:
-            name, summary = evaluate(cfg, progress=lambda done, total: progress(done, total))
+            name, summary = evaluate(
+                cfg,
+                progress=lambda done, total: progress(done, total),
+                say=lambda m: err.print(m, markup=False),
+            )
     except KeyboardInterrupt:  # every batch stored so far is kept, and a rerun skips it
         err.print(
             f"interrupted; the attempts made so far are stored in {cfg.db} as run "

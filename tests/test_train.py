@@ -726,6 +726,37 @@ def test_a_run_with_nothing_to_learn_from_says_so_once(tmp_path):
     assert not any(m.startswith("warning:") for m in said)
 
 
+def test_prompts_cut_to_max_prompt_length_are_reported(tmp_path):
+    """A prompt longer than max_prompt_length loses its beginning (the task statement, first):
+    training says so once, on the console and in train.log, and so does an evaluation; prompts
+    that fit say nothing."""
+    from axiom_rl.config import EvalConfig
+    from axiom_rl.eval.evaluate import evaluate
+    from axiom_rl.rollout import encode_prompts
+
+    tokenizer = load_policy("tiny", tiny_size="nano", need_reference=False).tokenizer
+    ids, cut = encode_prompts(tokenizer, ["abcdef", "abc", "abcdefgh"], 4)
+    assert cut == 2 and [len(r) for r in ids] == [4, 3, 4] and tokenizer.decode(ids[0]) == "cdef"
+
+    said: list[str] = []
+    train(small(tmp_path, steps=3, max_prompt_length=8), say=said.append)
+    message = (
+        "at step 1, 2 of 2 prompts were longer than max_prompt_length (8 tokens) and lost their beginning"
+    )
+    assert [m for m in said if "max_prompt_length" in m] == [f"warning: {message}; raise --max-prompt-length"]
+    assert sum(message in line for line in (tmp_path / "run/train.log").read_text().splitlines()) == 1
+
+    options = dict(tiny_size="nano", tasks=["countdown"], count=3, max_completion_length=4)
+    said.clear()
+    evaluate(EvalConfig(**options, max_prompt_length=8, db=str(tmp_path / "a.db")), say=said.append)
+    assert said == ["warning: 3 of 3 prompts were longer than max_prompt_length (8 tokens) and lost their "
+                    "beginning; raise --max-prompt-length"]  # fmt: skip
+    said.clear()
+    evaluate(EvalConfig(**options, db=str(tmp_path / "b.db")), say=said.append)
+    train(small(tmp_path, steps=1, output_dir=str(tmp_path / "fits")), say=said.append)
+    assert said == []
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_weights_are_updated_through_float32_masters(dtype):
     """AdamW straight on bf16 weights rounds most small updates away, and on fp16 its second

@@ -21,7 +21,7 @@ from ..config import EvalConfig, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, load_for_inference
 from ..rewards import compute_reward
-from ..rollout import get_backend
+from ..rollout import get_backend, truncation_warning
 from ..sandbox import Sandbox
 from ..tasks import generate_problems, get_task, task_names
 from ..tasks.generate import SPLITS
@@ -91,9 +91,12 @@ def default_run_name(cfg: EvalConfig) -> str:
 
 
 def evaluate(
-    cfg: EvalConfig, progress: Callable[[int, int], None] | None = None
+    cfg: EvalConfig,
+    progress: Callable[[int, int], None] | None = None,
+    say: Callable[[str], None] = lambda message: None,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """Run (or finish) an evaluation; returns its run name and the per-task summary."""
+    """Run (or finish) an evaluation; returns its run name and the per-task summary. `say` gets
+    warnings (prompts cut to max_prompt_length)."""
     from ..train.grpo import resolve_prompt_style
 
     check_eval_config(cfg)
@@ -109,7 +112,7 @@ def evaluate(
         done = db.done(run)
         todo = [i for i, p in enumerate(problems) if any((p.id, s) not in done for s in range(cfg.samples))]
         if todo:
-            _generate_and_store(
+            truncated = _generate_and_store(
                 cfg,
                 db,
                 run,
@@ -118,6 +121,8 @@ def evaluate(
                 resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size)),
                 progress,
             )
+            if truncated:
+                say(f"warning: {truncation_warning(truncated, len(todo), cfg.max_prompt_length)}")
         elif progress is not None:  # a finished run asked again: its bar shows it done, not 0/?
             progress(len(problems), len(problems))
         return name, summarize(db.attempts(run))
@@ -126,12 +131,14 @@ def evaluate(
 def _generate_and_store(
     cfg: EvalConfig, db: ResultsDB, run: Run, problems: list[Problem], todo: list[int], style: str,
     progress: Callable[[int, int], None] | None,
-) -> None:  # fmt: skip
+) -> int:  # fmt: skip
+    """Generate, verify and store the `todo` problems' attempts; returns how many of their prompts
+    were cut to max_prompt_length."""
     model, tokenizer, _ = load_for_inference(cfg.model, cfg.dtype, cfg.device, cfg.tiny_size, cfg.seed)
     backend = get_backend("auto", model)
     needs_sandbox = any(get_task(problems[i].task).runs_code for i in todo)
     sandbox = Sandbox(workers=cfg.workers).start() if needs_sandbox else None
-    finished = len(problems) - len(todo)
+    finished, truncated = len(problems) - len(todo), 0
     try:
         for start in range(0, len(todo), cfg.batch_size):
             indexes = todo[start : start + cfg.batch_size]
@@ -151,6 +158,7 @@ def _generate_and_store(
                 stops,
                 cfg.max_prompt_length,
             )
+            truncated += rollout.truncated_prompts
             per_row = (time.perf_counter() - t0) / max(1, len(rollout.texts))
             rows = [p for p in batch for _ in range(cfg.samples)]
             if sandbox is not None:
@@ -181,6 +189,7 @@ def _generate_and_store(
     finally:
         if sandbox is not None:
             sandbox.close()
+    return truncated
 
 
 def summarize(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ class Rollout:
     completion_ids: list[list[int]]  # [B*G] sampled tokens, cut at EOS or a stop string
     texts: list[str]  # [B*G] decoded completions (what the verifier reads)
     finished: list[bool]  # [B*G] ended by EOS or a stop string (not by the length limit)
+    truncated_prompts: int = 0  # prompts (of B) longer than max_prompt_length, cut on the left
 
 
 class RolloutBackend(Protocol):
@@ -44,10 +45,20 @@ class RolloutBackend(Protocol):
     ) -> Rollout: ...
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence[str], max_prompt_length: int) -> list[list[int]]:
-    """Token ids of each prompt, keeping the *last* max_prompt_length tokens."""
+def encode_prompts(
+    tokenizer: Any, prompts: Sequence[str], max_prompt_length: int
+) -> tuple[list[list[int]], int]:
+    """Token ids of each prompt, keeping the *last* max_prompt_length tokens, and how many
+    prompts lost their beginning that way."""
     ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    return [row[-max_prompt_length:] for row in ids]
+    return [row[-max_prompt_length:] for row in ids], sum(len(row) > max_prompt_length for row in ids)
+
+
+def truncation_warning(truncated: int, prompts: int, max_prompt_length: int) -> str:
+    return (
+        f"{truncated} of {prompts} prompts were longer than max_prompt_length ({max_prompt_length} "
+        "tokens) and lost their beginning; raise --max-prompt-length"
+    )
 
 
 def trim_completion(

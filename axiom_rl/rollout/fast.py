@@ -355,7 +355,7 @@ class FastBackend:
     ) -> Rollout:
         w = _Weights(model)
         device, dtype = w.embed.device, w.embed.dtype
-        prompt_ids = encode_prompts(tokenizer, prompts, max_prompt_length)
+        prompt_ids, truncated = encode_prompts(tokenizer, prompts, max_prompt_length)
         b, g = len(prompt_ids), num_generations
         p = max(len(r) for r in prompt_ids)
         total = p + max_new_tokens
@@ -428,7 +428,7 @@ class FastBackend:
             rows_completion.append(kept)
             texts.append(decode_completion(tokenizer, kept))
             finished.append(stopped)
-        return Rollout(rows_prompt, rows_completion, texts, finished)
+        return Rollout(rows_prompt, rows_completion, texts, finished, truncated)
 
 
 class _StopCheck:

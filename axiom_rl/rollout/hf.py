@@ -30,7 +30,7 @@ class HFBackend:
         max_prompt_length: int,
     ) -> Rollout:
         device = next(model.parameters()).device
-        prompt_ids = encode_prompts(tokenizer, prompts, max_prompt_length)
+        prompt_ids, truncated = encode_prompts(tokenizer, prompts, max_prompt_length)
         ids, mask = left_pad(prompt_ids, tokenizer.pad_token_id, device)
         sampling = temperature > 0
         kwargs: dict[str, Any] = {
@@ -61,4 +61,4 @@ class HFBackend:
             rows_completion.append(kept)
             texts.append(decode_completion(tokenizer, kept))
             finished.append(done)
-        return Rollout(rows_prompt, rows_completion, texts, finished)
+        return Rollout(rows_prompt, rows_completion, texts, finished, truncated)

@@ -52,7 +52,7 @@ from ..models.load import (
     resolve_device,
 )
 from ..rewards import compute_reward, parse_reward_specs
-from ..rollout import BACKENDS, Rollout, get_backend
+from ..rollout import BACKENDS, Rollout, get_backend, truncation_warning
 from ..sandbox import Sandbox
 from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
@@ -603,6 +603,13 @@ def _train(
         stack.push(record_failure)
         started = time.perf_counter()
         flat_steps = 0  # rollouts in a row whose advantages were all 0
+        warned_truncation = False
+
+        def warn(message: str) -> None:  # once in train.log, once on the console
+            log.info(f"warning: {message}")
+            if parallel.is_main:
+                say(f"warning: {message}")
+
         while step < cfg.steps:
             if parallel.total(float(stop.requested)) > 0:  # every rank stops at the same step
                 break
@@ -615,6 +622,12 @@ def _train(
                 break
             # 1. rollout and verification
             scored = rollout_and_score(policy, backend, stream.take(cfg.prompts_per_step), cfg, plan, sandbox)
+            if scored.rollout.truncated_prompts and not warned_truncation:
+                warned_truncation = True
+                cut = truncation_warning(
+                    scored.rollout.truncated_prompts, len(scored.problems), cfg.max_prompt_length
+                )
+                warn(f"at step {step + 1}, {cut}")
             zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
             refilled = (
                 refill_flat_groups(scored, policy, backend, stream, cfg, plan, sandbox)
@@ -642,12 +655,7 @@ def _train(
             advantages = info.advantages.to(policy.device)
             flat_steps = flat_steps + 1 if not bool(info.advantages.any()) else 0
             if flat_steps == STALL_STEPS:
-                warning = stall_warning(
-                    flat_steps, float(rewards.mean()), fixed_problems=bool(cfg.problems_file)
-                )
-                log.info(f"warning: {warning}")
-                if parallel.is_main:
-                    say(f"warning: {warning}")
+                warn(stall_warning(flat_steps, float(rewards.mean()), fixed_problems=bool(cfg.problems_file)))
             # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
             start = time.perf_counter()
             ref = None
