@@ -78,6 +78,9 @@ def verify_files(
     for line in read_jsonl(completions_path):
         where = f"{completions_path}:{line.lineno}"
         v = line.value
+        if isinstance(v, dict) and "problem_id" not in v and "task_id" in v:
+            # the samples format of the HumanEval and MBPP harnesses: {"task_id", "completion"}
+            v = dict(v, problem_id=v["task_id"] if isinstance(v["task_id"], str) else f"MBPP/{v['task_id']}")
         if line.error:
             report.errors.append(f"{where}: {line.error}")
         elif not isinstance(v, dict) or "problem_id" not in v or "completion" not in v:

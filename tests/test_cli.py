@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import HUMANEVAL, needs_shared_data
+from conftest import HUMANEVAL, MBPP, needs_shared_data
 
 from axiom_rl.cli import main
 
@@ -191,6 +191,29 @@ def test_import_then_verify_humaneval(capsys, tmp_path):
     code, _, err = run(capsys, "verify", str(problems), str(completions), "--out", str(tmp_path / "r.jsonl"))
     assert code == 0
     assert "164 verified, mean reward 1.000" in err
+
+
+@needs_shared_data(HUMANEVAL)
+@needs_shared_data(MBPP)
+def test_verify_reads_the_samples_format_of_the_humaneval_and_mbpp_harnesses(capsys, tmp_path):
+    """Their sample files key completions by "task_id" (HumanEval's a string, MBPP's a number),
+    and HumanEval's completions continue the prompt (a function body): both verify as they are."""
+    for fmt, source, body, how_many in (
+        ("humaneval", HUMANEVAL, "canonical_solution", 164),
+        ("mbpp", MBPP, "code", 40),
+    ):
+        problems = tmp_path / f"{fmt}.jsonl"
+        assert run(capsys, "problems", "import", "--format", fmt, str(source), "--out", str(problems))[0] == 0
+        rows = [json.loads(line) for line in source.read_text().splitlines()][:how_many]
+        samples = tmp_path / f"{fmt}-samples.jsonl"
+        samples.write_text(
+            "".join(json.dumps({"task_id": r["task_id"], "completion": r[body]}) + "\n" for r in rows)
+        )
+        code, out, err = run(capsys, "verify", str(problems), str(samples))
+        results = [json.loads(line) for line in out.splitlines()]
+        assert code == 0 and f"{how_many} verified, mean reward 1.000" in err, err
+        expected_ids = [r["task_id"] if fmt == "humaneval" else f"MBPP/{r['task_id']}" for r in rows]
+        assert [r["problem_id"] for r in results] == expected_ids
 
 
 @needs_shared_data(HUMANEVAL)
