@@ -438,8 +438,9 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     """
     from .config import refuse_beside_problems_file
     from .train.checkpoint import check_run_dir
-    from .train.grpo import TRAIN_GENERATION_OPTIONS, TrainingStopped, plan_run
+    from .train.grpo import TrainingStopped
     from .train.grpo import train as run_training
+    from .train.plan import TRAIN_GENERATION_OPTIONS, plan_run
 
     overrides = gather_overrides(options, all_tasks)
     cfg = resolve_config(TrainConfig, config_path, overrides)

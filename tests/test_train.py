@@ -683,12 +683,14 @@ TRAIN_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.nam
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path, monkeypatch):
     from axiom_rl.config import build_config
-    from axiom_rl.train import grpo
+    from axiom_rl.train import plan as planning
 
     cfg = build_config(TrainConfig, path)
     # Hub models cannot be fetched here: check everything else the same way a run would.
-    monkeypatch.setattr(grpo, "check_model_spec", lambda model, size: "tiny" if model == "tiny" else "hub")
-    plan = grpo.plan_run(cfg)
+    monkeypatch.setattr(
+        planning, "check_model_spec", lambda model, size: "tiny" if model == "tiny" else "hub"
+    )
+    plan = planning.plan_run(cfg)
     assert plan.tasks and cfg.steps >= 1
 
 

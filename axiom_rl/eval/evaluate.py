@@ -26,6 +26,7 @@ from ..sandbox import Sandbox
 from ..tasks import generate_problems, get_task, task_names
 from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
+from ..train.plan import check_sampling, parse_tasks_and_difficulties, resolve_prompt_style
 from ..types import PASSED, Problem
 from ..verifier import verify_many
 from ..verify_files import read_problems_file
@@ -38,8 +39,6 @@ GENERATION_OPTIONS = {"tasks": "--task", "difficulty": "--difficulty", "count": 
 
 def check_eval_config(cfg: EvalConfig) -> None:
     """Every option checked, before a progress bar draws or a database opens."""
-    from ..train.grpo import check_sampling, parse_tasks_and_difficulties
-
     choose("split", cfg.split, SPLITS)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     at_least(
@@ -67,8 +66,6 @@ def check_eval_config(cfg: EvalConfig) -> None:
 def eval_problems(cfg: EvalConfig) -> list[Problem]:
     """The problems to evaluate on, in a fixed order: the file's, or generated from the eval split
     (hard difficulties of some tasks take seconds to generate: this runs once, under the bar)."""
-    from ..train.grpo import parse_tasks_and_difficulties
-
     if cfg.problems_file:
         return read_problems_file(cfg.problems_file)
     tasks, diffs = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
@@ -97,8 +94,6 @@ def evaluate(
 ) -> tuple[str, list[dict[str, Any]]]:
     """Run (or finish) an evaluation; returns its run name and the per-task summary. `say` gets
     warnings (prompts cut to max_prompt_length)."""
-    from ..train.grpo import resolve_prompt_style
-
     check_eval_config(cfg)
     problems = eval_problems(cfg)
     name = cfg.run_name or default_run_name(cfg)

@@ -31,6 +31,12 @@ from .batch import build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
+from .plan import (
+    TRAIN_GENERATION_OPTIONS,
+    check_training_options,
+    parse_tasks_and_difficulties,
+    resolve_prompt_style,
+)
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
 
@@ -73,8 +79,6 @@ class SFTExamples:
         samples: list[tuple[Problem, str]] | None = None,
         problems: list[Problem] | None = None,
     ) -> None:
-        from .grpo import parse_tasks_and_difficulties
-
         self.cfg, self.tokenizer, self.style, self.samples = cfg, tokenizer, style, samples
         self._order = torch.Generator().manual_seed(cfg.seed)
         self._epoch: list[int] = []
@@ -113,8 +117,6 @@ def trained_on(cfg: SFTConfig, problems: list[Problem] | None) -> tuple[list[str
     """The tasks and difficulties the model learns from (for its model card, which `eval compare`
     reads to mark rows as trained on): those of the problems (of the samples or the problems
     file), or else the config's."""
-    from .grpo import parse_tasks_and_difficulties
-
     if problems is None:
         return parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     return sorted({p.task for p in problems}), sorted({p.difficulty for p in problems})
@@ -123,13 +125,6 @@ def trained_on(cfg: SFTConfig, problems: list[Problem] | None) -> tuple[list[str
 def check_sft_config(cfg: SFTConfig, given: Any = ()) -> str:
     """Every option checked before anything is loaded or written (`given`: the fields set on the
     command line). Returns the prompt style."""
-    from .grpo import (
-        TRAIN_GENERATION_OPTIONS,
-        check_training_options,
-        parse_tasks_and_difficulties,
-        resolve_prompt_style,
-    )
-
     # One source of targets: the options of another would be silently unused.
     refuse_beside(
         cfg,

@@ -1,0 +1,161 @@
+"""What a run will do, resolved from its config and checked before anything heavy loads: task
+names, difficulties, algorithm names, numbers and the prompt style, with a one-line error for any
+mistake. Shared by `train`, `sft` and `eval`, so a typo never leaves a run directory behind."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from ..algorithms import ADVANTAGES, LOSSES
+from ..algorithms.kl import KL_ESTIMATORS
+from ..config import TrainConfig, refuse_beside_problems_file
+from ..errors import UserError, at_least, choose, positive
+from ..models.load import check_load_options, check_model_spec, read_model_card
+from ..rewards import parse_reward_specs
+from ..rollout import BACKENDS
+from ..tasks import get_task, parse_task_list
+from ..tasks.generate import check_difficulty
+from ..types import Problem
+from ..verify_files import read_problems_file
+
+
+@dataclass
+class Plan:
+    """Everything checked and resolved from the config before anything heavy loads."""
+
+    tasks: list[str]
+    difficulties: list[int]
+    prompt_style: str
+    needs_sandbox: bool
+    rewards: Any
+    problems: list[Problem] | None = None  # a --problems-file's, else generated as training goes
+
+
+def parse_difficulty(text: str) -> list[int]:
+    lo, sep, hi = str(text).partition("-")
+    try:
+        a, b = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise UserError(f"difficulty must be D or A-B, got {text!r}") from None
+    if a > b:
+        raise UserError(f"difficulty range {text!r} is empty")
+    return list(range(a, b + 1))
+
+
+def parse_tasks_and_difficulties(tasks: str | list[str], difficulty: str) -> tuple[list[str], list[int]]:
+    """Task names and difficulties from the options, each pair checked against its task's range."""
+    names, difficulties = parse_task_list(tasks), parse_difficulty(difficulty)
+    for t in names:
+        for d in difficulties:
+            check_difficulty(get_task(t), d)
+    return names, difficulties
+
+
+# The options that choose generated problems, which a --problems-file replaces.
+TRAIN_GENERATION_OPTIONS = {"tasks": "--task", "difficulty": "--difficulty"}
+
+
+def plan_run(cfg: TrainConfig) -> Plan:
+    """Validate every name and number of the config: one-line errors, nothing loaded yet."""
+    problems = None
+    if cfg.problems_file:
+        refuse_beside_problems_file(cfg, TRAIN_GENERATION_OPTIONS)
+        problems = read_problems_file(cfg.problems_file)
+        tasks = list(dict.fromkeys(p.task for p in problems))
+        difficulties = sorted({p.difficulty for p in problems})
+    else:
+        tasks, difficulties = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
+    choose("advantage estimator", cfg.advantage, ADVANTAGES)
+    choose("loss type", cfg.loss_type, LOSSES)
+    choose("KL estimator", cfg.kl_estimator, KL_ESTIMATORS)
+    choose("rollout backend", cfg.rollout_backend, BACKENDS)
+    choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
+    choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
+    choose("krpo key", cfg.krpo_key, ("problem", "task"))
+    at_least(
+        ("steps", cfg.steps, 1),
+        ("prompts_per_step", cfg.prompts_per_step, 1),
+        ("num_generations", cfg.num_generations, 2),
+        ("max_completion_length", cfg.max_completion_length, 1),
+        ("max_prompt_length", cfg.max_prompt_length, 1),
+        ("num_iterations", cfg.num_iterations, 1),
+        ("gradient_accumulation_steps", cfg.gradient_accumulation_steps, 1),
+        ("beta", cfg.beta, 0.0),
+        ("min_completion_length", cfg.min_completion_length, 0),
+        ("dynamic_sampling_rounds", cfg.dynamic_sampling_rounds, 0),
+        ("samples_per_step", cfg.samples_per_step, 0),
+        ("max_bad_steps", cfg.max_bad_steps, 1),
+        ("verify_workers", cfg.verify_workers or 1, 1),
+    )
+    if cfg.gradient_accumulation_steps > cfg.prompts_per_step * cfg.num_generations:
+        raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
+    check_training_options(cfg)
+    check_sampling(cfg.temperature, cfg.top_p)
+    if cfg.temperature == 0:
+        # Greedy decoding gives every completion of a group the same text, so every
+        # advantage is 0 and nothing is learnt: refuse rather than spend the run on it.
+        raise UserError(
+            "temperature 0 (greedy) makes the completions of a group identical, so GRPO has nothing "
+            "to compare: use a temperature > 0 (default 1.0)"
+        )
+    positive(
+        ("clip_eps", cfg.clip_eps),
+        ("clip_eps_high", cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high),
+        ("verify_timeout", 1.0 if cfg.verify_timeout is None else cfg.verify_timeout),
+    )
+    if cfg.min_completion_length > cfg.max_completion_length:
+        raise UserError(
+            f"min_completion_length ({cfg.min_completion_length}) exceeds max_completion_length "
+            f"({cfg.max_completion_length})"
+        )
+    accepted = set(inspect.signature(ADVANTAGES[cfg.advantage]).parameters) - {
+        "rewards",
+        "group_size",
+        "state",
+        "keys",
+        "generator",
+        "step",
+    }
+    unknown = set(cfg.advantage_params) - accepted
+    if unknown:
+        raise UserError(
+            f"advantage_params {sorted(unknown)} unknown to {cfg.advantage!r}; it takes: {', '.join(sorted(accepted))}"
+        )
+    style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
+    needs_sandbox = any(get_task(t).runs_code for t in tasks)
+    return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards), problems)
+
+
+def resolve_prompt_style(style: str, model: str, kind: str) -> str:
+    """'auto': what the model was trained with (its axiom_rl.json), compact for the built-in
+    model, else full."""
+    if style != "auto":
+        return style
+    return read_model_card(model).get("prompt_style") or ("compact" if kind == "tiny" else "full")
+
+
+def check_sampling(temperature: float, top_p: float) -> None:
+    at_least(("temperature", temperature, 0.0))
+    if not 0 < top_p <= 1:
+        raise UserError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def check_training_options(cfg: Any) -> None:
+    """What SFT and GRPO share: model loading and AdamW's numbers, checked before anything is
+    written (a run directory left behind by a typo would block the corrected command)."""
+    check_load_options(cfg.dtype, cfg.finetune)
+    positive(("lr", cfg.lr), ("lora_alpha", cfg.lora_alpha))
+    at_least(
+        ("weight_decay", cfg.weight_decay, 0.0),
+        ("max_grad_norm", cfg.max_grad_norm, 0.0),
+        ("warmup_steps", cfg.warmup_steps, 0),
+        ("max_seconds", cfg.max_seconds, 0.0),
+        ("lora_r", cfg.lora_r, 1),
+        ("lora_dropout", cfg.lora_dropout, 0.0),
+        ("save_every", cfg.save_every, 0),
+        ("keep_checkpoints", cfg.keep_checkpoints, 0),
+    )
+    if cfg.lora_dropout >= 1:
+        raise UserError(f"lora_dropout must be below 1, got {cfg.lora_dropout}")
