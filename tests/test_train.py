@@ -765,8 +765,8 @@ def test_half_precision_weights_are_updated_through_float32_masters(dtype):
     moment underflows to 0 (NaN or wrong-sized steps). make_optimizer gives half-precision
     parameters float32 masters: they follow float32 AdamW exactly (same gradients, a scheduler's
     learning rate included), and the model holds them rounded."""
-    from axiom_rl.train.grpo import make_optimizer
     from axiom_rl.train.master_weights import MasterWeightOptimizer
+    from axiom_rl.train.optim import make_optimizer
 
     gen = torch.Generator().manual_seed(0)
     start = torch.randn(2000, generator=gen) * 0.02

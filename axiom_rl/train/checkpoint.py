@@ -22,6 +22,7 @@ import torch
 
 from ..errors import UserError
 from ..io import atomic_directory, check_not_held
+from ..models.load import MODEL_CARD, Policy
 
 CHECKPOINT_DIR = "checkpoints"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -188,3 +189,16 @@ def load_checkpoint(
             f"cannot resume from {path}: its {part} is damaged or unreadable ({why}){hint}"
         ) from e
     return state
+
+
+def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, Any] | None = None) -> None:
+    """save_pretrained output, loadable by plain transformers (+ peft for an adapter); atomic."""
+    with atomic_directory(path) as tmp:
+        model = policy.model
+        # An adapter is only loadable beside the base it names; a model built in memory (the
+        # built-in tiny one) has no name to give, so its adapter is saved merged.
+        if policy.lora and (merge or not model.active_peft_config.base_model_name_or_path):
+            model = model.merge_and_unload()
+        save_weights(model, tmp)
+        policy.tokenizer.save_pretrained(tmp)
+        (tmp / MODEL_CARD).write_text(json.dumps(card or {}, indent=1) + "\n")

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import math
 import os
-import signal
 import statistics
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -41,7 +38,6 @@ from ..algorithms import ADVANTAGES, KalmanBaseline, compute_advantages, policy_
 from ..config import TrainConfig, save_config
 from ..io import hold_run_dir
 from ..models.load import (
-    MODEL_CARD,
     Policy,
     load_policy,
     resolve_device,
@@ -54,14 +50,15 @@ from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
 from ..verifier import verify_many
 from .batch import TokenBatch, build_batch, completion_logprobs
-from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint
+from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
 from .distributed import Parallel
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
-from .master_weights import MasterWeightOptimizer, needs_master_weights
+from .optim import make_optimizer, make_scheduler
 from .plan import Plan, plan_run
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
+from .stop import StopRequest
 
 
 class TrainingStopped(RuntimeError):
@@ -291,53 +288,6 @@ def optimizer_step(
         "time_backward_s": time_backward,
         **totals,
     }
-
-
-def make_optimizer(params: list[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW, fused into one kernel where the parameters' device and dtype allow it (3x faster
-    than the per-tensor loop PyTorch picks on a CPU: 4.7 vs 14.9 ms for 7M parameters). Over
-    float32 master copies when the parameters are bf16 or fp16 (see master_weights.py)."""
-    if needs_master_weights(params):
-        return MasterWeightOptimizer(params, lambda masters: make_optimizer(masters, lr, weight_decay))
-    try:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
-    except RuntimeError:  # a device or dtype without the fused kernel
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-
-
-def make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer) -> Any:
-    from transformers import get_scheduler
-
-    return get_scheduler(
-        cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
-    )
-
-
-# --------------------------------------------------------------------------------- Ctrl-C
-
-
-class StopRequest:
-    """First Ctrl-C: finish the current step, checkpoint, exit. Second: stop at once."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.requested = False
-        self._say = say
-        self._previous: Any = None
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self._say("stopping after this step (Ctrl-C again to stop now, without a checkpoint)")
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
 # --------------------------------------------------------------------------------- the loop
@@ -695,19 +645,3 @@ def _print_samples(say: Callable[[str], None], step: int, scored: Scored, cfg: T
         say(
             f"[step {step}] {row['problem_id']} reward={row['reward']:.2f} {row['status']}: {row['completion'][:200]!r}"
         )
-
-
-def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, Any] | None = None) -> None:
-    """save_pretrained output, loadable by plain transformers (+ peft for an adapter); atomic."""
-    from ..io import atomic_directory
-    from .checkpoint import save_weights
-
-    with atomic_directory(path) as tmp:
-        model = policy.model
-        # An adapter is only loadable beside the base it names; a model built in memory (the
-        # built-in tiny one) has no name to give, so its adapter is saved merged.
-        if policy.lora and (merge or not model.active_peft_config.base_model_name_or_path):
-            model = model.merge_and_unload()
-        save_weights(model, tmp)
-        policy.tokenizer.save_pretrained(tmp)
-        (tmp / MODEL_CARD).write_text(json.dumps(card or {}, indent=1) + "\n")

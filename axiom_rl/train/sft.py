@@ -28,9 +28,10 @@ from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from ..verify_files import read_problems_file
 from .batch import build_batch, completion_logprobs
-from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint
+from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint, save_final_model
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
+from .optim import make_optimizer, make_scheduler
 from .plan import (
     TRAIN_GENERATION_OPTIONS,
     check_training_options,
@@ -39,6 +40,7 @@ from .plan import (
 )
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
+from .stop import StopRequest
 
 
 def correct_samples(cfg: SFTConfig) -> list[tuple[Problem, str]]:
@@ -179,10 +181,6 @@ def _sft(
     cfg: SFTConfig, run_dir: Path, ckpt: Path | None, style: str, samples: list[tuple[Problem, str]] | None,
     problems: list[Problem] | None, progress: Callable[[int, int, dict[str, Any]], None] | None, say: Callable[[str], None],
 ) -> Path:  # fmt: skip
-    from transformers import get_scheduler
-
-    from .grpo import StopRequest, make_optimizer, save_final_model
-
     torch.manual_seed(cfg.seed)
     policy = load_policy(
         cfg.model, **cfg.load_options(), device=cfg.device, need_reference=False, seed=cfg.seed
@@ -191,9 +189,7 @@ def _sft(
         keep_freed_memory()
     tok = policy.tokenizer
     optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
-    scheduler = get_scheduler(
-        cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
-    )
+    scheduler = make_scheduler(cfg, optimizer)
     examples = SFTExamples(cfg, tok, style, samples, problems)
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step = 0
