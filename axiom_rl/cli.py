@@ -440,11 +440,11 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     from .train.checkpoint import check_run_dir
     from .train.grpo import TrainingStopped
     from .train.grpo import train as run_training
-    from .train.plan import TRAIN_GENERATION_OPTIONS, plan_run
+    from .train.plan import GENERATED_PROBLEM_OPTIONS, plan_run
 
     overrides = gather_overrides(options, all_tasks)
     cfg = resolve_config(TrainConfig, config_path, overrides)
-    refuse_beside_problems_file(cfg, TRAIN_GENERATION_OPTIONS, given=overrides)
+    refuse_beside_problems_file(cfg, GENERATED_PROBLEM_OPTIONS, given=overrides)
     plan_run(cfg)  # every name and number checked before the progress bar draws anything
     check_run_dir(cfg)
     main_process = os.environ.get("RANK", "0") == "0"  # under accelerate launch, one bar and one summary

@@ -26,7 +26,12 @@ from ..sandbox import Sandbox
 from ..tasks import generate_problems, get_task, task_names
 from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
-from ..train.plan import check_sampling, parse_tasks_and_difficulties, resolve_prompt_style
+from ..train.plan import (
+    GENERATED_PROBLEM_OPTIONS,
+    check_sampling,
+    parse_tasks_and_difficulties,
+    resolve_prompt_style,
+)
 from ..types import PASSED, Problem
 from ..verifier import verify_many
 from ..verify_files import read_problems_file
@@ -34,7 +39,7 @@ from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
 
 # The options that choose generated problems, which a --problems-file replaces.
-GENERATION_OPTIONS = {"tasks": "--task", "difficulty": "--difficulty", "count": "--count", "split": "--split"}
+GENERATION_OPTIONS = {**GENERATED_PROBLEM_OPTIONS, "count": "--count", "split": "--split"}
 
 
 def check_eval_config(cfg: EvalConfig) -> None:

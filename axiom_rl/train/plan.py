@@ -54,14 +54,14 @@ def parse_tasks_and_difficulties(tasks: str | list[str], difficulty: str) -> tup
 
 
 # The options that choose generated problems, which a --problems-file replaces.
-TRAIN_GENERATION_OPTIONS = {"tasks": "--task", "difficulty": "--difficulty"}
+GENERATED_PROBLEM_OPTIONS = {"tasks": "--task", "difficulty": "--difficulty"}
 
 
 def plan_run(cfg: TrainConfig) -> Plan:
     """Validate every name and number of the config: one-line errors, nothing loaded yet."""
     problems = None
     if cfg.problems_file:
-        refuse_beside_problems_file(cfg, TRAIN_GENERATION_OPTIONS)
+        refuse_beside_problems_file(cfg, GENERATED_PROBLEM_OPTIONS)
         problems = read_problems_file(cfg.problems_file)
         tasks = list(dict.fromkeys(p.task for p in problems))
         difficulties = sorted({p.difficulty for p in problems})

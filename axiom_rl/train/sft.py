@@ -33,7 +33,7 @@ from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
 from .plan import (
-    TRAIN_GENERATION_OPTIONS,
+    GENERATED_PROBLEM_OPTIONS,
     check_training_options,
     parse_tasks_and_difficulties,
     resolve_prompt_style,
@@ -131,12 +131,12 @@ def check_sft_config(cfg: SFTConfig, given: Any = ()) -> str:
     refuse_beside(
         cfg,
         "problems_file",
-        {**TRAIN_GENERATION_OPTIONS, "from_samples": "--from-samples"},
+        {**GENERATED_PROBLEM_OPTIONS, "from_samples": "--from-samples"},
         given,
         "trains on the reference solutions of its problems",
     )
     refuse_beside(
-        cfg, "from_samples", TRAIN_GENERATION_OPTIONS, given, "trains on the correct completions of that run"
+        cfg, "from_samples", GENERATED_PROBLEM_OPTIONS, given, "trains on the correct completions of that run"
     )
     if cfg.problems_file:
         reference_problems(cfg)
