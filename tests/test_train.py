@@ -675,6 +675,10 @@ def test_two_processes_with_accelerate_launch(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["world_size"] == 2 and r["completions"] == 2 * 2 * 2 for r in rows)
     assert (run / "final_model/model.safetensors").exists()
+    # Its checkpoint holds two problem streams, each with its own share: one process cannot resume it.
+    with pytest.raises(UserError, match="written by 2 process\\(es\\), not 1; resume with as many"):
+        train(TrainConfig(output_dir=str(run), resume=True, steps=3, tiny_size="nano", prompts_per_step=2,
+                          num_generations=2, max_completion_length=8))  # fmt: skip
 
 
 TRAIN_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.name.endswith("-sft.yaml"))
@@ -807,6 +811,31 @@ def test_a_file_stream_gives_every_problem_once_per_pass_and_restores_its_place(
     replay.take(7)
     assert [p.id for p in restored.take(6)] == [p.id for p in replay.take(6)]
     assert [p.id for p in FileProblemStream(problems, seed=1).take(5)] != passes[0]
+
+
+def test_data_parallel_ranks_draw_disjoint_shares_of_the_problems():
+    """Each of 2 processes draws its own share: before, every rank of a one-task run trained on
+    the very same problems, step after step. A single process draws what it always did."""
+    from axiom_rl.train.problems import FileProblemStream, ProblemStream
+
+    one = ProblemStream(["countdown"], [1], seed=0)
+    ranks = [ProblemStream(["countdown"], [1], seed=0, rank=r, world=2) for r in (0, 1)]
+    first, second = ([p.id for p in s.take(6)] for s in ranks)
+    assert not set(first) & set(second)
+    assert sorted(first + second) == sorted(p.id for p in one.take(12))  # together: the one sequence
+    mixed = [ProblemStream(["countdown", "lcs"], [1, 2], seed=0, rank=r, world=2) for r in (0, 1)]
+    assert not {p.id for p in mixed[0].take(20)} & {p.id for p in mixed[1].take(20)}
+    restored = ProblemStream(["countdown", "lcs"], [1, 2], seed=0, rank=1, world=2)
+    restored.load_state_dict(mixed[1].state_dict())
+    assert [p.id for p in restored.take(5)] == [p.id for p in mixed[1].take(5)]
+
+    problems = generate_problems("lcs", 1, 10)
+    shares = [FileProblemStream(problems, seed=0, rank=r, world=2) for r in (0, 1)]
+    for _ in range(3):  # every pass: the two shares split the file between them
+        a, b = ([p.id for p in share.take(5)] for share in shares)
+        assert sorted(a + b) == sorted(p.id for p in problems)
+    few = [FileProblemStream(problems[:1], seed=0, rank=r, world=2) for r in (0, 1)]
+    assert [p.id for p in few[1].take(2)] == [problems[0].id] * 2  # fewer problems than ranks
 
 
 def test_training_on_a_problems_file_draws_only_its_problems_and_resumes_exactly(tmp_path, capsys):

@@ -159,7 +159,7 @@ def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
 
 
 def load_checkpoint(
-    path: Path, model: Any, optimizer: Any, scheduler: Any, lora: bool, rank: int = 0
+    path: Path, model: Any, optimizer: Any, scheduler: Any, lora: bool, rank: int = 0, world: int = 1
 ) -> dict[str, Any]:
     """Restore model, optimizer, scheduler and this rank's RNG; return the trainer state.
 
@@ -176,8 +176,10 @@ def load_checkpoint(
         scheduler.load_state_dict(torch.load(path / part, weights_only=False))
         part = "rng.pt"
         ranks = torch.load(path / part, weights_only=False)["ranks"]
-        if rank >= len(ranks):
-            raise UserError(f"checkpoint {path} was written by {len(ranks)} process(es); resume with as many")
+        if len(ranks) != world:  # each process's problem stream continues its own share
+            raise UserError(
+                f"checkpoint {path} was written by {len(ranks)} process(es), not {world}; resume with as many"
+            )
         set_rng_state(ranks[rank])
     except UserError:
         raise

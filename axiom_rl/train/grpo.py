@@ -347,15 +347,17 @@ def _train(
     optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(cfg, optimizer)
     stream = (
-        FileProblemStream(plan.problems, cfg.seed, rank=parallel.rank)
+        FileProblemStream(plan.problems, cfg.seed, rank=parallel.rank, world=parallel.world)
         if plan.problems is not None
-        else ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank)
+        else ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank, world=parallel.world)
     )
     kalman = KalmanBaseline() if "state" in inspect.signature(ADVANTAGES[cfg.advantage]).parameters else None
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step, bad_steps = 0, 0
     if ckpt is not None:
-        state = load_checkpoint(ckpt, policy.model, optimizer, scheduler, policy.lora, rank=parallel.rank)
+        state = load_checkpoint(
+            ckpt, policy.model, optimizer, scheduler, policy.lora, rank=parallel.rank, world=parallel.world
+        )
         step, bad_steps = state["step"], state.get("bad_steps", 0)
         scale.load_state_dict(state.get("loss_scale"))
         stream.load_state_dict(state["streams"][parallel.rank])
