@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -474,3 +475,31 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     assert out["bomb"]["ok"] is False
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
+
+
+GET_UID = "import os\ndef f():\n    return os.getuid()\n"
+OTHER_PROCESS_POOL = (
+    "from axiom_rl.sandbox import Sandbox\nwith Sandbox(workers=2) as pool:\n    print(*pool.uids)\n"
+)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="a uid per slot is root mode's (without root, a user namespace maps one)"
+)
+def test_no_two_worker_slots_on_the_machine_share_a_uid():
+    """Numbered by slot alone, two pools (two data-parallel ranks on one host, an evaluation beside
+    a training run) both ran slot 0 as uid 61000, sharing its process limit. Every slot claims a
+    uid of its own, in this process and in another one, and submissions run as it."""
+    with Sandbox(workers=2) as a, Sandbox(workers=2) as b:
+        assert len(set(a.uids) | set(b.uids)) == 4
+        for pool in (a, b):
+            seen = {pool.run_calls(GET_UID, "f", [[]]).messages[1]["value"] for _ in range(6)}
+            assert seen <= set(pool.uids)
+        other = subprocess.run(
+            [sys.executable, "-c", OTHER_PROCESS_POOL], capture_output=True, text=True, timeout=60
+        )
+        assert other.returncode == 0, other.stderr
+        assert not {int(u) for u in other.stdout.split()} & set(a.uids + b.uids)
+        held = set(a.uids)
+    with Sandbox(workers=2) as again:  # released with their pools: claimed afresh
+        assert set(again.uids) == held

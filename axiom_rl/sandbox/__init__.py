@@ -16,9 +16,10 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   /run/lock are private tmpfs mounts that vanish with it. Its mount namespace is a copy of a
   template prepared once per worker slot (private propagation, the covered directories below),
   so the per-job set-up is only what must be fresh; the template itself is out of its reach.
-- Identity: started as root, each worker slot runs submissions as a uid of its own (61000+slot),
-  so a submission can neither write the parent's files, nor signal other processes, nor exceed
-  its process limit through another slot. Directories others cannot enter (pyenv under /root)
+- Identity: started as root, each worker slot runs submissions as a uid of its own (from 61000,
+  claimed through a lock so that no other slot on the machine, in this pool or another process's,
+  runs as it), so a submission can neither write the parent's files, nor signal other processes,
+  nor exceed its process limit through another slot. Directories others cannot enter (pyenv under /root)
   are covered by an empty tmpfs with the interpreter bound back read-only. no_new_privs is set;
   the process is not dumpable (no ptrace, no /proc/<pid>/mem).
 - Limits: CPU time per test call (a timer) and per submission (RLIMIT_CPU, kernel-enforced);

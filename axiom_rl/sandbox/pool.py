@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -29,6 +30,8 @@ from typing import Any
 from . import codec
 
 SERVER = Path(__file__).with_name("server.py")
+# Started as root, every worker slot runs submissions as a uid of its own from this range.
+UID_BASE, UID_COUNT = 61000, 4096
 
 
 @dataclass(frozen=True)
@@ -85,13 +88,65 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (not the submission)."""
 
 
+class _UidClaims:
+    """Root mode: a uid for each worker slot that no other slot on this machine runs as, in this
+    pool or another process's (a data-parallel rank on the same host, an evaluation beside a
+    training run). Numbered by slot alone, two pools both ran slot 0 as 61000 and shared its
+    process limit. A uid is claimed with an flock on a file in a root-only directory; the kernel
+    drops the lock when this process ends, however it ends."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, int] = {}  # uid -> the locked file's descriptor
+
+    @staticmethod
+    def _directory() -> Path:
+        for parent in ("/run", tempfile.gettempdir()):
+            path = Path(parent) / "axiom-rl-sandbox-uids"
+            with contextlib.suppress(OSError):
+                path.mkdir(mode=0o700, exist_ok=True)
+                info = path.lstat()  # ours, a real directory, closed to others: no one can plant links
+                if (
+                    path.is_dir()
+                    and not path.is_symlink()
+                    and info.st_uid == os.geteuid()
+                    and not info.st_mode & 0o022
+                ):
+                    return path
+        raise SandboxError("no private directory to claim sandbox uids in (/run or the temp directory)")
+
+    def claim(self) -> int:
+        directory = self._directory()
+        for uid in range(UID_BASE, UID_BASE + UID_COUNT):
+            if uid in self._held:
+                continue
+            fd = os.open(directory / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._held[uid] = fd
+            return uid
+        raise SandboxError(f"all {UID_COUNT} sandbox uids from {UID_BASE} are in use on this machine")
+
+    def release(self) -> None:
+        for fd in self._held.values():
+            os.close(fd)
+        self._held.clear()
+
+
 class _Slot:
     """One monitor process and the socket to it."""
 
-    def __init__(self, index: int, namespaces: bool) -> None:
-        self.index = index
+    def __init__(self, index: int, namespaces: bool, uid: int | None = None) -> None:
+        self.index, self.uid = index, uid
         ours, theirs = socket.socketpair()
-        settings = {"slot": index, "namespaces": namespaces, "fallback_tmp": tempfile.gettempdir()}
+        settings = {
+            "slot": index,
+            "uid": uid,
+            "namespaces": namespaces,
+            "fallback_tmp": tempfile.gettempdir(),
+        }
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (read only if the monitor fails to start)
         self.proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],
@@ -167,6 +222,7 @@ class Sandbox:
         self.isolation = ""
         self._started = False
         self._closed = False
+        self._uids = _UidClaims()
         atexit.register(self.close)
 
     # ------------------------------------------------------------------ lifecycle
@@ -177,15 +233,15 @@ class Sandbox:
                 return self
             if self._closed:
                 raise SandboxError("the sandbox is closed")
-            slots = [
-                _Slot(i, self._namespaces) for i in range(self.workers)
-            ]  # interpreters start in parallel
+            uids = [self._uids.claim() if os.geteuid() == 0 else None for _ in range(self.workers)]
+            slots = [_Slot(i, self._namespaces, uid) for i, uid in enumerate(uids)]  # started in parallel
             try:
                 for slot in slots:
                     slot.wait_ready()
             except SandboxError:
                 for slot in slots:
                     slot.kill()
+                self._uids.release()
                 raise
             self._slots = slots
             for slot in slots:
@@ -202,6 +258,12 @@ class Sandbox:
             for slot in self._slots:
                 slot.close()
             self._slots = []
+            self._uids.release()  # after the monitors: no submission runs as these uids any more
+
+    @property
+    def uids(self) -> list[int | None]:
+        """The uid each worker slot runs submissions as (None where not root: a user namespace)."""
+        return [slot.uid for slot in self._slots]
 
     def __enter__(self) -> Sandbox:
         return self.start()
@@ -212,7 +274,7 @@ class Sandbox:
     def _replace(self, slot: _Slot) -> _Slot:
         """Kill a monitor that failed and start a fresh one in its place."""
         slot.kill()
-        fresh = _Slot(slot.index, self._namespaces)
+        fresh = _Slot(slot.index, self._namespaces, slot.uid)
         fresh.wait_ready()
         with self._lock:
             self._slots = [fresh if s is slot else s for s in self._slots]
