@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from conftest import HUMANEVAL, needs_shared_data, run_in_background
 
-from axiom_rl.cli import main
+from axiom_rl.cli import main, resolve_config
 from axiom_rl.config import EvalConfig, SFTConfig
 from axiom_rl.errors import UserError
-from axiom_rl.eval.evaluate import evaluate, summarize
+from axiom_rl.eval.evaluate import default_run_name, evaluate, summarize
 from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.tasks import generate_problems, get_task, task_names
+from axiom_rl.tasks import generate_problems, get_task, parse_task_list, task_names
 from axiom_rl.tasks.prompts import format_prompt
 from axiom_rl.train.sft import SFTStopped, sft
 
@@ -278,6 +278,12 @@ def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):
     assert main(["sft", *args, "--steps", "1", "--batch-size", "4", "--output-dir", str(tmp_path / "s")]) == 0
     card = json.loads((tmp_path / "s/final_model/axiom_rl.json").read_text())
     assert card["tasks"] == task_names(generatable=True)
+    # A YAML file says it as `tasks: all` (and the command line may too: --task all).
+    assert parse_task_list("all") == parse_task_list(["all"]) == task_names(generatable=True)
+    yaml_file = tmp_path / "all.yaml"
+    yaml_file.write_text("tasks: all\n")
+    assert resolve_config(EvalConfig, str(yaml_file), {}, command="eval").tasks == ["all"]
+    assert default_run_name(EvalConfig(model="tiny", tasks=["all"])) == "tiny-all-d1-greedy-s0"
     capsys.readouterr()
     for command in (["eval", "--db", str(db)], ["sft", "--output-dir", str(tmp_path / "t")]):
         assert main([*command, *args, "--task", "lcs"]) == 2

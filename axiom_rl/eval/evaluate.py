@@ -88,7 +88,7 @@ def default_run_name(cfg: EvalConfig) -> str:
     if cfg.problems_file:
         stem = Path(Path(cfg.problems_file).name.removesuffix(".gz")).stem  # he.jsonl(.gz) -> he
         return f"{model}-{stem}-{mode}-s{cfg.seed}"
-    every = sorted(cfg.tasks) == sorted(task_names(generatable=True))  # --all
+    every = cfg.tasks == ["all"] or sorted(cfg.tasks) == sorted(task_names(generatable=True))  # --all
     return f"{model}-{'all' if every else '+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
 
 

@@ -34,11 +34,14 @@ def get_task(name: str, **options: Any) -> Task:
 
 
 def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: bool = True) -> list[str]:
-    """'a,b' or ['a', 'b'] -> ['a', 'b'], each checked against the registry."""
+    """'a,b' or ['a', 'b'] -> ['a', 'b'], each checked against the registry; 'all' (a YAML
+    file's `tasks: all`, the command line's --all) -> every generated task."""
     parts = spec.split(",") if isinstance(spec, str) else [p for s in spec for p in s.split(",")]
     names = [p.strip() for p in parts if p.strip()]
     if not names:
         raise UserError("no task given")
+    if names == ["all"]:
+        return task_names(generatable=True)
     allowed = task_names(generatable=True if generatable else None)
     for n in names:
         if n in TASKS and n not in allowed:  # an imported benchmark, asked for where problems are generated
