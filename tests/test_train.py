@@ -546,6 +546,7 @@ def test_bad_input_is_one_line_before_anything_loads(tmp_path, args, message):
         ("train", ["--lora-r", "0"], "lora_r must be >= 1"),
         ("train", ["--lora-dropout", "1"], "lora_dropout must be below 1"),
         ("train", ["--verify-timeout", "0"], "verify_timeout must be > 0"),
+        ("train", ["--verify-workers", "0"], "verify_workers must be >= 1, got 0"),
         ("train", ["--max-seconds", "-5"], "max_seconds must be >= 0"),
         ("train", ["--min-completion-length", "64", "--max-completion-length", "32"], "exceeds max_completion_length"),
         ("sft", ["--dtype", "bf17"], "unknown dtype 'bf17'"),

@@ -87,7 +87,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
         ("dynamic_sampling_rounds", cfg.dynamic_sampling_rounds, 0),
         ("samples_per_step", cfg.samples_per_step, 0),
         ("max_bad_steps", cfg.max_bad_steps, 1),
-        ("verify_workers", cfg.verify_workers or 1, 1),
+        ("verify_workers", 1 if cfg.verify_workers is None else cfg.verify_workers, 1),
     )
     if cfg.gradient_accumulation_steps > cfg.prompts_per_step * cfg.num_generations:
         raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
