@@ -215,7 +215,8 @@ def problems_export(
     if num_tests is not None and not 1 <= num_tests <= 100:
         raise UserError(f"--num-tests must be between 1 and 100, got {num_tests}")
     names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
-    lo, hi = parse_range(difficulty_range) if difficulty_range else (difficulty or 1, difficulty or 1)
+    one = 1 if difficulty is None else difficulty  # (0 is checked against the task's range, not taken for 1)
+    lo, hi = parse_range(difficulty_range) if difficulty_range else (one, one)
     rows: list[str] = []
     bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
     with bar:  # (a bar closed before an error's line is printed)

@@ -60,6 +60,10 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
             "must look like",
         ),
         (["problems", "export", "--out", "x.jsonl"], "exactly one of --task"),
+        (
+            ["problems", "export", "--task", "lcs", "--difficulty", "0", "--out", "x.jsonl"],
+            "difficulty 0 is out of range",
+        ),
         (  # a small problem space (n from 1 to 4): a one-line error after its progress bar, no file
             [
                 "problems",
