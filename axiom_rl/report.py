@@ -177,10 +177,11 @@ def goal_verdicts(before: Any, after: Any, control: Any, difficulty: int) -> lis
     if None in (sft_s, grpo_s, sft_g, grpo_g):
         return []
     gain_s, gain_g = (grpo_s - sft_s) * 100, (grpo_g - sft_g) * 100
-    ratio = grpo_s / sft_s if sft_s else float("inf")
+    ratio = grpo_s / sft_s if sft_s else float("inf")  # any gain from 0% is more than 1.25x
     met_s = gain_s >= SAMPLED_GAIN_PTS and ratio >= SAMPLED_GAIN_RATIO
+    times = f"{ratio:.2f}x" if sft_s else "no ratio from 0%"
     lines = [
-        f"Sampled accuracy {sft_s:.1%} -> {grpo_s:.1%} ({gain_s:+.1f} pts, {ratio:.2f}x): the goal of "
+        f"Sampled accuracy {sft_s:.1%} -> {grpo_s:.1%} ({gain_s:+.1f} pts, {times}): the goal of "
         f">= +{SAMPLED_GAIN_PTS:.0f} pts and >= {SAMPLED_GAIN_RATIO}x is {'met' if met_s else 'NOT met'}.",
         f"Greedy accuracy {sft_g:.1%} -> {grpo_g:.1%} ({gain_g:+.1f} pts): the goal of "
         f">= +{GREEDY_GAIN_PTS:.0f} pts is {'met' if gain_g >= GREEDY_GAIN_PTS else 'NOT met'}.",

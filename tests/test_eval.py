@@ -680,6 +680,10 @@ def test_goal_verdicts_say_plainly_what_was_and_was_not_met():
     # without a control there is no third sentence; an unevaluated difficulty gives none at all
     assert len(goal_verdicts(_summary(0.3, 0.2), _summary(0.4, 0.3), None, 1)) == 2
     assert goal_verdicts(_summary(0.3, 0.2), _summary(0.4, 0.3), None, 5) == []
+    # from 0% there is no ratio to print (it read "infx"); a gain of 10 points still meets the goal
+    lines = goal_verdicts(_summary(0.0, 0.0), _summary(0.0, 0.0), None, 1)
+    assert "(+0.0 pts, no ratio from 0%)" in lines[0] and "NOT met" in lines[0]
+    assert "is met" in goal_verdicts(_summary(0.0, 0.0), _summary(0.2, 0.15), None, 1)[0]
 
 
 def test_quickstart_command_rejects_bad_counts(capsys):
