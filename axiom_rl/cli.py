@@ -582,7 +582,8 @@ def sft(config_path: str | None, all_tasks: bool, **options: Any) -> int:
 def eval(ctx: click.Context, config_path: str | None, all_tasks: bool, **options: Any) -> None:
     """Evaluate a model on held-out problems; every attempt goes into an SQLite database.
 
-    Subcommands: `eval compare A B` (before/after table), `eval list` (runs in a database).
+    Subcommands: `eval compare A B` (before/after table), `eval list` (runs in a database),
+    `eval show RUN` (the attempts: what the model wrote and what the verifier said).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -705,6 +706,44 @@ def emit_comparison(rows: list[dict[str, Any]], run_a: str, run_b: str, fmt: str
     for line in lines:
         table.add_row(*line)
     out.print(table)
+
+
+@eval.command("show")
+@click.argument("run_name", metavar="RUN")
+@click.option("--db", default="results.db", show_default=True, help="The results database.")
+@click.option("--status", help="Only attempts with this status (wrong_answer, syntax_error, passed, ...).")
+@click.option("--task", help="Only attempts at this task's problems.")
+@click.option("--limit", type=int, default=5, show_default=True, help="Show at most this many.")
+def eval_show(run_name: str, db: str, status: str | None, task: str | None, limit: int) -> None:
+    """The attempts of RUN: what the model wrote, and what the verifier said of it."""
+    from .eval.store import ResultsDB
+    from .types import STATUSES
+
+    if status is not None and status not in STATUSES:
+        raise UserError(f"unknown status {status!r}; choose from: {', '.join(STATUSES)}")
+    if limit < 1:
+        raise UserError(f"--limit must be >= 1, got {limit}")
+    with ResultsDB(db, create=False) as store:
+        attempts = store.attempts(store.require_run(run_name))
+    chosen = [
+        a
+        for a in attempts
+        if (status is None or a["status"] == status) and (task is None or a["task"] == task)
+    ]
+    for a in chosen[:limit]:
+        out.print(
+            f"── {a['problem_id']} · sample {a['sample']} · {a['status']} · {a['passed']}/{a['total']} tests · "
+            f"reward {a['reward']:.2f} · {a['tokens']} tokens",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,  # long lines stay whole: the terminal wraps them, nothing is inserted
+        )
+        if a["detail"]:
+            out.print(f"   {a['detail']}", markup=False, highlight=False, soft_wrap=True)
+        out.print(a["completion"].rstrip() or "(empty)", markup=False, highlight=False, soft_wrap=True)
+    err.print(
+        f"{min(limit, len(chosen))} shown of {len(chosen)} matching attempts ({len(attempts)} in run {run_name!r})"
+    )
 
 
 @eval.command("list")

@@ -290,6 +290,64 @@ def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):
         assert capsys.readouterr().err.strip() == "axiom-rl: error: give --task or --all, not both"
 
 
+def test_eval_show_prints_the_attempts_that_match(tmp_path, capsys):
+    """`eval show RUN`: each attempt's problem, status, tests, reward and the completion itself,
+    filtered by status and task, at most --limit of them."""
+    db = tmp_path / "r.db"
+    countdown, lcs = (
+        generate_problems("countdown", 1, 3, split="eval"),
+        generate_problems("lcs", 1, 2, split="eval"),
+    )
+    with ResultsDB(db) as store:
+        run = store.start_run("r", "tiny", {})
+        store.add_batch(
+            run,
+            countdown,
+            [
+                Attempt(p.id, 0, f"guess {i}", 0.1, "wrong_answer", 0, 1, 3, 0.0, "evaluates to 7")
+                for i, p in enumerate(countdown)
+            ],
+        )
+        store.add_batch(
+            run,
+            lcs,
+            [
+                Attempt(
+                    p.id,
+                    0,
+                    "def lcs(a, b):\n    return 0",
+                    0.25,
+                    "wrong_answer",
+                    2,
+                    8,
+                    9,
+                    0.0,
+                    "test 1: expected 3, got 0",
+                )
+                for p in lcs
+            ],
+        )
+    assert main(["eval", "show", "r", "--db", str(db), "--task", "lcs", "--limit", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert (
+        out.splitlines()[0]
+        == f"── {lcs[0].id} · sample 0 · wrong_answer · 2/8 tests · reward 0.25 · 9 tokens"
+    )
+    assert (
+        "   test 1: expected 3, got 0" in out
+        and "def lcs(a, b):\n    return 0" in out
+        and lcs[1].id not in out
+    )
+    assert "1 shown of 2 matching attempts (5 in run 'r')" in err
+    assert main(["eval", "show", "r", "--db", str(db), "--status", "wrong_answer", "--limit", "10"]) == 0
+    out, err = capsys.readouterr()
+    assert all(p.id in out for p in countdown + lcs) and "5 shown of 5 matching" in err
+    assert main(["eval", "show", "r", "--db", str(db), "--status", "passed"]) == 0
+    assert "0 shown of 0 matching" in capsys.readouterr().err
+    assert main(["eval", "show", "r", "--db", str(db), "--status", "wrong"]) == 2
+    assert "unknown status 'wrong'; choose from: passed, wrong_answer" in capsys.readouterr().err
+
+
 def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):
     db = tmp_path / "r.db"
     args = [

@@ -231,7 +231,7 @@ class ResultsDB:
     def attempts(self, run: Run) -> list[dict[str, Any]]:
         rows = self.conn.execute(
             """SELECT a.problem_id, p.task, p.difficulty, a.sample, a.completion, a.reward, a.status,
-                      a.passed, a.total, a.tokens, a.latency_s
+                      a.passed, a.total, a.tokens, a.latency_s, a.detail
                FROM attempts a JOIN problems p ON p.id = a.problem_id
                WHERE a.run_id = ? ORDER BY p.task, p.difficulty, a.problem_id, a.sample""",
             (run.id,),
@@ -248,6 +248,7 @@ class ResultsDB:
             "total",
             "tokens",
             "latency_s",
+            "detail",
         )
         return [dict(zip(keys, r)) for r in rows]
 
