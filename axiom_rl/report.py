@@ -4,6 +4,7 @@ quickstart's report: report.md and PNG plots in its run directory."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,18 @@ from .io import atomic_open, read_jsonl, write_text_atomic
 
 
 def _smooth(values: list[float], window: int = 20) -> list[float]:
-    out, acc = [], 0.0
-    for i, v in enumerate(values):
-        acc += v
-        if i >= window:
-            acc -= values[i - window]
-        out.append(acc / min(i + 1, window))
+    """The moving average of the last `window` values, over the finite ones: a step skipped for
+    a NaN loss leaves a gap in the raw curve, not in the rest of the average."""
+    out = []
+    for i in range(len(values)):
+        recent = [v for v in values[max(0, i - window + 1) : i + 1] if math.isfinite(v)]
+        out.append(sum(recent) / len(recent) if recent else math.nan)
     return out
+
+
+def _number(value: Any) -> Any:
+    """metrics.jsonl writes non-finite floats as "nan", "inf" and "-inf" (JSON has none): back."""
+    return float(value) if value in ("nan", "inf", "-inf") else value
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -35,9 +41,11 @@ def plot_run(run_dir: Path) -> Path | None:
     GRPO run's rewards, KL, lengths and flat groups, or an SFT run's loss and learning rate.
     None when it has no finished step."""
     path = run_dir / "metrics.jsonl"
-    metrics = (
-        [line.value for line in read_jsonl(path) if isinstance(line.value, dict)] if path.exists() else []
-    )
+    metrics = [
+        {key: _number(value) for key, value in line.value.items()}
+        for line in (read_jsonl(path) if path.exists() else [])
+        if isinstance(line.value, dict)
+    ]
     if not metrics:
         return None
     plot = plot_training if "reward_mean" in metrics[0] else plot_sft

@@ -27,6 +27,7 @@ from axiom_rl.errors import UserError
 from axiom_rl.io import current_umask
 from axiom_rl.models.load import load_policy
 from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.report import plot_run
 from axiom_rl.tasks import Task, generate_problems, register_task
 from axiom_rl.tasks.registry import TASKS
 from axiom_rl.train.batch import build_batch, completion_logprobs
@@ -474,8 +475,24 @@ def test_non_finite_losses_stop_the_run_after_a_checkpoint(tmp_path):
         rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
         assert [r["skipped"] for r in rows] == [1, 1, 1]
         assert (tmp_path / "run/checkpoints/step-3").exists()
+        # The plots read the metrics back as they were written ("nan" for NaN): they still draw.
+        assert plot_run(tmp_path / "run").read_bytes().startswith(b"\x89PNG")
     finally:
         LOSSES.pop("test_nan")
+
+
+def test_an_sft_loss_that_was_not_finite_still_plots(tmp_path):
+    """An fp16 SFT step that overflowed logs an inf loss; the moving average skips it (the plot
+    crashed the `sft` command at its very end, after the model was saved)."""
+    from axiom_rl.report import _smooth
+    from axiom_rl.train.runlog import RunLog
+
+    log = RunLog(tmp_path, tensorboard=False)
+    for step, loss in enumerate([2.0, float("inf"), 1.0, float("nan"), 0.5], start=1):
+        log.metrics({"step": step, "loss": loss, "lr": 1e-3, "elapsed_s": step})
+    log.close()
+    assert plot_run(tmp_path).read_bytes().startswith(b"\x89PNG")
+    assert _smooth([2.0, float("inf"), 1.0], window=2) == [2.0, 2.0, 1.0]
 
 
 def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path, capsys):
