@@ -97,7 +97,7 @@ class TrainConfig(ModelOptions):
     max_prompt_length: int = 1024
     """Prompts longer than this (in tokens) are truncated on the left."""
     temperature: float = 1.0
-    """Sampling temperature."""
+    """Sampling temperature (above 0: GRPO compares a group's different completions)."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens with this much probability."""
     rollout_backend: str = "auto"
