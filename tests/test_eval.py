@@ -283,6 +283,10 @@ def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):
     yaml_file = tmp_path / "all.yaml"
     yaml_file.write_text("tasks: all\n")
     assert resolve_config(EvalConfig, str(yaml_file), {}, command="eval").tasks == ["all"]
+    # ... the same run as --all's: it finds that run finished, not "other settings"
+    again = ["eval", "--config", str(yaml_file), "--model", "tiny", "--tiny-size", "nano", "--count", "1"]
+    assert main([*again, "--max-completion-length", "4", "--db", str(db)]) == 0
+    assert "stored as run 'tiny-all-d1-greedy-s0'" in capsys.readouterr().err
     assert default_run_name(EvalConfig(model="tiny", tasks=["all"])) == "tiny-all-d1-greedy-s0"
     capsys.readouterr()
     for command in (["eval", "--db", str(db)], ["sft", "--output-dir", str(tmp_path / "t")]):
