@@ -481,6 +481,24 @@ def test_non_finite_losses_stop_the_run_after_a_checkpoint(tmp_path):
         LOSSES.pop("test_nan")
 
 
+def test_a_warm_up_as_long_as_the_run_is_said_once(tmp_path):
+    """sft's default warm-up of 20 steps under `--steps 5` never lets the learning rate reach
+    --lr: both commands say so once, at the start (console and train.log)."""
+    said: list[str] = []
+    sft(SFTConfig(tiny_size="nano", steps=5, batch_size=2, output_dir=str(tmp_path / "s")), say=said.append)
+    assert said == ["warning: warmup_steps (20) is not below steps (5): the learning rate is still warming up "
+                    "when the run ends (lower --warmup-steps)"]  # fmt: skip
+    assert "warning: warmup_steps (20)" in (tmp_path / "s/train.log").read_text()
+    said.clear()
+    train(small(tmp_path, steps=2, warmup_steps=2), say=said.append)
+    assert [m for m in said if "warmup_steps" in m] == [
+        said[0]
+    ] and "warmup_steps (2) is not below steps (2)" in said[0]
+    said.clear()
+    train(small(tmp_path, steps=3, warmup_steps=2, output_dir=str(tmp_path / "fine")), say=said.append)
+    assert not any("warmup_steps" in m for m in said)
+
+
 def test_an_sft_loss_that_was_not_finite_still_plots(tmp_path):
     """An fp16 SFT step that overflowed logs an inf loss; the moving average skips it (the plot
     crashed the `sft` command at its very end, after the model was saved)."""

@@ -55,7 +55,7 @@ from .distributed import Parallel
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
-from .plan import Plan, plan_run
+from .plan import Plan, plan_run, warmup_warning
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
 from .stop import StopRequest
@@ -370,6 +370,11 @@ def _train(
         f"{'resumed at step ' + str(step) if ckpt else 'started'}: {cfg.model} on {','.join(plan.tasks)}, "
         f"{cfg.steps} steps, {parallel.world} process(es), rollout backend {backend.name}"
     )
+    short = warmup_warning(cfg.warmup_steps, cfg.steps)
+    if short and ckpt is None:
+        log.info(f"warning: {short}")
+        if parallel.is_main:
+            say(f"warning: {short}")
 
     def checkpoint() -> None:
         streams = parallel.gather(stream.state_dict())

@@ -159,3 +159,14 @@ def check_training_options(cfg: Any) -> None:
     )
     if cfg.lora_dropout >= 1:
         raise UserError(f"lora_dropout must be below 1, got {cfg.lora_dropout}")
+
+
+def warmup_warning(warmup_steps: int, steps: int) -> str | None:
+    """A warm-up as long as the run (sft's default of 20 under `--steps 10`) never lets the
+    learning rate reach --lr: said once at the start, not an error (a short trial run is fine)."""
+    if warmup_steps > 0 and warmup_steps >= steps:
+        return (
+            f"warmup_steps ({warmup_steps}) is not below steps ({steps}): the learning rate is still "
+            "warming up when the run ends (lower --warmup-steps)"
+        )
+    return None

@@ -37,6 +37,7 @@ from .plan import (
     check_training_options,
     parse_tasks_and_difficulties,
     resolve_prompt_style,
+    warmup_warning,
 )
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
@@ -207,6 +208,10 @@ def _sft(
         else ",".join(cfg.tasks)
     )
     log.info(f"{'resumed at step ' + str(step) if ckpt else 'started'}: SFT of {cfg.model} on {source}")
+    short = warmup_warning(cfg.warmup_steps, cfg.steps)
+    if short and ckpt is None:
+        log.info(f"warning: {short}")
+        say(f"warning: {short}")
 
     def checkpoint() -> None:
         state = {"step": step, "loss_scale": scale.state_dict() if scale.enabled else None}
