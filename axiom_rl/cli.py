@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +88,17 @@ def rich_bar(label: str, stats: bool = False, transient: bool = False) -> tuple[
     return bar, bar.add_task(label.strip(), total=None, stats="")
 
 
-def progress_bar(description: str) -> Callable[[int], Callable[[], None]]:
-    """A factory for rich progress bars on stderr: progress(total) -> tick()."""
+@contextlib.contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int], Callable[[], None]]]:
+    """A factory for rich progress bars on stderr, `progress(total) -> tick()`, whose bar is
+    closed on the way out, an error's included (its line is then not printed after a half bar)."""
+    started: list[Any] = []
 
     def start(total: int) -> Callable[[], None]:
         bar, task = rich_bar(description, transient=True)
         bar.update(task, total=total)
         bar.start()
+        started.append(bar)
         done = [0]
 
         def tick() -> None:
@@ -107,7 +111,11 @@ def progress_bar(description: str) -> Callable[[int], Callable[[], None]]:
             bar.stop()
         return tick
 
-    return start
+    try:
+        yield start
+    finally:
+        for bar in started:
+            bar.stop()
 
 
 # ---------------------------------------------------------------------------------------- root
@@ -278,10 +286,8 @@ def verify(
     with contextlib.ExitStack() as stack:
         # Opened first, so an --out that cannot be written fails before the verification, not after.
         sink = stack.enter_context(atomic_open(out_path)) if out_path else sys.stdout
-        with Sandbox(workers=workers) as sandbox:
-            report = verify_files(
-                problems_path, completions_path, sandbox, timeout, progress=progress_bar("verifying")
-            )
+        with Sandbox(workers=workers) as sandbox, progress_bar("verifying") as progress:
+            report = verify_files(problems_path, completions_path, sandbox, timeout, progress=progress)
             isolation = sandbox.isolation
         for e in report.errors:
             click.echo(f"error: {e}", err=True)
@@ -533,7 +539,8 @@ def problems_check(count: int) -> int:
 
     if count < 1:
         raise UserError(f"--count must be >= 1, got {count}")
-    return 0 if library_check(count, out, progress_bar("checking references")) else 1
+    with progress_bar("checking references") as progress:
+        return 0 if library_check(count, out, progress) else 1
 
 
 # ------------------------------------------------------------------------------------------ sft
