@@ -234,7 +234,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[JsonlLine]:
         except (OSError, EOFError, zlib.error):  # (gzip.BadGzipFile is an OSError)
             raise UserError(f"not a readable gzip file: {path}") from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # (a byte-order mark, as some editors write, is dropped)
     except UnicodeDecodeError:
         raise UserError(f"not a UTF-8 text file: {path}") from None
     lines = []

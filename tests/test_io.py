@@ -3,6 +3,7 @@ mkdir() would give (not the 0600 / 0700 of a temporary file)."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import stat
 
@@ -116,3 +117,25 @@ def test_a_held_run_directory_refuses_a_second_holder_until_released(tmp_path, c
     check_not_held(run)
     with hold_run_dir(run):
         pass
+
+
+def test_jsonl_is_read_with_a_byte_order_mark_or_gzipped(tmp_path):
+    """Files written by other tools: a UTF-8 byte-order mark (some Windows editors) and gzip
+    (HumanEval.jsonl.gz) read as the plain file; bad lines still carry their line numbers."""
+    from axiom_rl.io import read_jsonl
+
+    text = '{"a": 1}\n\n{oops\n{"b": 2}\n'
+    plain, bom, packed = tmp_path / "p.jsonl", tmp_path / "bom.jsonl", tmp_path / "p.jsonl.gz"
+    plain.write_text(text)
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    packed.write_bytes(gzip.compress(text.encode()))
+
+    def lines(path):
+        return [(line.lineno, line.value, bool(line.error)) for line in read_jsonl(path)]
+
+    assert (
+        lines(plain)
+        == lines(bom)
+        == lines(packed)
+        == [(1, {"a": 1}, False), (3, None, True), (4, {"b": 2}, False)]
+    )
