@@ -36,18 +36,6 @@ out = _console()
 err = _console(stderr=True)
 
 
-def parse_range(text: str) -> tuple[int, int]:
-    """'3-7' -> (3, 7); '5' -> (5, 5)."""
-    lo, sep, hi = text.partition("-")
-    try:
-        a, b = int(lo), int(hi) if sep else int(lo)
-    except ValueError:
-        raise UserError(f"--difficulty-range must look like 1-10, got {text!r}") from None
-    if a > b:
-        raise UserError(f"--difficulty-range {text!r} is empty (start > end)")
-    return a, b
-
-
 def rich_bar(label: str, stats: bool = False, transient: bool = False) -> tuple[Any, Any]:
     """A rich progress bar on stderr and its one task: label, bar, done/total, a stats field
     (if asked), elapsed and remaining time."""
@@ -213,6 +201,7 @@ def problems_export(
     """Write problems as JSONL: COUNT per task and difficulty, deterministic for a seed."""
     from .io import write_jsonl_atomic
     from .tasks import CodeTask, get_task, iter_problems, parse_task_list, task_names
+    from .train.plan import parse_range
 
     if bool(task_spec) == all_tasks:
         raise UserError("give exactly one of --task T[,T...] or --all")
@@ -224,7 +213,7 @@ def problems_export(
         raise UserError(f"--num-tests must be between 1 and 100, got {num_tests}")
     names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
     one = 1 if difficulty is None else difficulty  # (0 is checked against the task's range, not taken for 1)
-    lo, hi = parse_range(difficulty_range) if difficulty_range else (one, one)
+    lo, hi = parse_range(difficulty_range, "--difficulty-range") if difficulty_range else (one, one)
     rows: list[str] = []
     bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
     with bar:  # (a bar closed before an error's line is printed)

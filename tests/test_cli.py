@@ -57,7 +57,7 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
         (["problems", "export", "--task", "lcs", "--difficulty-range", "5-2", "--out", "x.jsonl"], "empty"),
         (
             ["problems", "export", "--task", "lcs", "--difficulty-range", "a-b", "--out", "x.jsonl"],
-            "must look like",
+            "--difficulty-range must be D or A-B (such as 1-10)",
         ),
         (["problems", "export", "--out", "x.jsonl"], "exactly one of --task"),
         (

@@ -33,14 +33,20 @@ class Plan:
     problems: list[Problem] | None = None  # a --problems-file's, else generated as training goes
 
 
-def parse_difficulty(text: str) -> list[int]:
+def parse_range(text: str, name: str = "difficulty") -> tuple[int, int]:
+    """'3-7' -> (3, 7); '5' -> (5, 5). `name` is the option, for the error."""
     lo, sep, hi = str(text).partition("-")
     try:
         a, b = int(lo), int(hi) if sep else int(lo)
     except ValueError:
-        raise UserError(f"difficulty must be D or A-B, got {text!r}") from None
+        raise UserError(f"{name} must be D or A-B (such as 1-10), got {text!r}") from None
     if a > b:
-        raise UserError(f"difficulty range {text!r} is empty")
+        raise UserError(f"{name} range {text!r} is empty")
+    return a, b
+
+
+def parse_difficulty(text: str) -> list[int]:
+    a, b = parse_range(text)
     return list(range(a, b + 1))
 
 
