@@ -370,11 +370,15 @@ def _train(
         f"{'resumed at step ' + str(step) if ckpt else 'started'}: {cfg.model} on {','.join(plan.tasks)}, "
         f"{cfg.steps} steps, {parallel.world} process(es), rollout backend {backend.name}"
     )
+
+    def warn(message: str) -> None:  # once in train.log, once on the console
+        log.info(f"warning: {message}")
+        if parallel.is_main:
+            say(f"warning: {message}")
+
     short = warmup_warning(cfg.warmup_steps, cfg.steps)
     if short and ckpt is None:
-        log.info(f"warning: {short}")
-        if parallel.is_main:
-            say(f"warning: {short}")
+        warn(short)
 
     def checkpoint() -> None:
         streams = parallel.gather(stream.state_dict())
@@ -412,11 +416,6 @@ def _train(
         started = time.perf_counter()
         flat_steps = 0  # rollouts in a row whose advantages were all 0
         warned_truncation = False
-
-        def warn(message: str) -> None:  # once in train.log, once on the console
-            log.info(f"warning: {message}")
-            if parallel.is_main:
-                say(f"warning: {message}")
 
         while step < cfg.steps:
             if parallel.total(float(stop.requested)) > 0:  # every rank stops at the same step
