@@ -125,9 +125,9 @@ def trained_on(cfg: SFTConfig, problems: list[Problem] | None) -> tuple[list[str
     return sorted({p.task for p in problems}), sorted({p.difficulty for p in problems})
 
 
-def check_sft_config(cfg: SFTConfig, given: Any = ()) -> str:
+def check_sft_config(cfg: SFTConfig, given: Any = ()) -> tuple[str, list[Problem] | None]:
     """Every option checked before anything is loaded or written (`given`: the fields set on the
-    command line). Returns the prompt style."""
+    command line). Returns the prompt style, and the problems of a --problems-file (read once)."""
     # One source of targets: the options of another would be silently unused.
     refuse_beside(
         cfg,
@@ -139,15 +139,15 @@ def check_sft_config(cfg: SFTConfig, given: Any = ()) -> str:
     refuse_beside(
         cfg, "from_samples", GENERATED_PROBLEM_OPTIONS, given, "trains on the correct completions of that run"
     )
-    if cfg.problems_file:
-        reference_problems(cfg)
-    else:
+    problems = reference_problems(cfg) if cfg.problems_file else None
+    if problems is None:
         parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
     at_least(("steps", cfg.steps, 1), ("batch_size", cfg.batch_size, 1))
     check_training_options(cfg)
-    return resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
+    style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
+    return style, problems
 
 
 def sft(
@@ -157,9 +157,8 @@ def sft(
 ) -> Path:
     """Fine-tune and write output_dir/final_model. Returns the final model's directory. Ctrl-C
     finishes the step, writes a checkpoint and raises SFTStopped; `resume` continues from it."""
-    style = check_sft_config(cfg)
+    style, problems = check_sft_config(cfg)
     samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
-    problems = reference_problems(cfg) if cfg.problems_file else None
     run_dir = Path(cfg.output_dir)
     check_run_dir(cfg)
     with hold_run_dir(run_dir):  # and checked again once held: another may have started there first
