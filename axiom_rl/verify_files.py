@@ -15,6 +15,7 @@ from .errors import UserError, positive
 from .io import read_jsonl
 from .rewards import compute_reward
 from .sandbox import Sandbox
+from .tasks.importers import mbpp_problem_id
 from .tasks.registry import TASKS
 from .types import Problem
 from .verifier import verify_many
@@ -80,7 +81,8 @@ def verify_files(
         v = line.value
         if isinstance(v, dict) and "problem_id" not in v and "task_id" in v:
             # the samples format of the HumanEval and MBPP harnesses: {"task_id", "completion"}
-            v = dict(v, problem_id=v["task_id"] if isinstance(v["task_id"], str) else f"MBPP/{v['task_id']}")
+            task_id = v["task_id"]
+            v = dict(v, problem_id=task_id if isinstance(task_id, str) else mbpp_problem_id(task_id))
         if line.error:
             report.errors.append(f"{where}: {line.error}")
         elif not isinstance(v, dict) or "problem_id" not in v or "completion" not in v:

@@ -131,6 +131,11 @@ def mbpp_entry_point(tests: list[str], code: str) -> str:
     raise ValueError("cannot tell which function the tests call")
 
 
+def mbpp_problem_id(task_id: int) -> str:
+    """The id an imported MBPP problem gets from its task_id (11 -> 'MBPP/11')."""
+    return f"MBPP/{task_id}"
+
+
 def import_mbpp(path: str | Path, include_challenge: bool = False) -> list[Problem]:
     problems = []
     for lineno, r in _rows(path, ("task_id", "text", "code", "test_list"), "MBPP"):
@@ -147,7 +152,7 @@ def import_mbpp(path: str | Path, include_challenge: bool = False) -> list[Probl
         task_id = int(r["task_id"])
         problems.append(
             Problem(
-                id=f"MBPP/{task_id}",
+                id=mbpp_problem_id(task_id),
                 task="mbpp",
                 difficulty=0,
                 prompt=(
