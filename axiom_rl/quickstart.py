@@ -101,9 +101,8 @@ def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any]) -> tuple
             # save_every=0: the cache keeps the model; its one checkpoint (at the end) is not kept
             SFTConfig(**settings, output_dir=str(work), max_seconds=cfg.max_seconds * 0.3, save_every=0),
             progress=progress,
-            say=lambda m: (
-                None
-            ),  # (its fixed warm-up of 50 steps outlasts a short --sft-steps: not the user's to set)
+            # Quiet: its fixed warm-up of 50 steps outlasts a short --sft-steps, not the user's to set.
+            say=lambda m: None,
         )
         shutil.rmtree(work / "checkpoints", ignore_errors=True)
     if home.exists():
