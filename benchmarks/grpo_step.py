@@ -94,6 +94,7 @@ ABLATIONS = {
     "default-malloc": ("glibc's default malloc settings, not keep_freed_memory", {}),
     "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
     "autograd-mlp": ("autograd's gated MLP, keeping silu(gate) for backward", {}),
+    "unshared-prompts": ("every row's prompt run in the training passes, not each group's once", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
 }
 
@@ -112,6 +113,8 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.models import load
 
         load.lean_mlp_activations = lambda model: 0
+    elif ablation == "unshared-prompts":
+        grpo.SHARE_PROMPT_PASSES = False
     elif ablation == "eager-decode":
         from axiom_rl.rollout.fast import FastBackend
 

@@ -30,7 +30,13 @@ from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.report import plot_run
 from axiom_rl.tasks import Task, generate_problems, register_task
 from axiom_rl.tasks.registry import TASKS
-from axiom_rl.train.batch import build_batch, completion_logprobs
+from axiom_rl.train.batch import (
+    TokenBatch,
+    _shared_prompt_logits,
+    build_batch,
+    completion_logprobs,
+    prompt_runs,
+)
 from axiom_rl.train.grpo import TrainingStopped, train
 from axiom_rl.train.sft import sft
 from axiom_rl.types import PASSED, WRONG_ANSWER, Problem, Verdict
@@ -440,6 +446,108 @@ def test_a_run_that_failed_before_its_first_step_can_be_started_again(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- the update
+
+
+def grouped_batch(policy, prompt_lengths, g, completion_lengths, seed=0):
+    """Prompts of the given lengths, each repeated for g rows with its own completion."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 250, (n,), generator=gen).tolist() for n in prompt_lengths]
+    completions = [torch.randint(3, 250, (n,), generator=gen).tolist() for n in completion_lengths]
+    rows = [prompts[i // g] for i in range(len(prompts) * g)]
+    return build_batch(rows, completions, policy.tokenizer.pad_token_id, policy.device)
+
+
+def logprobs_and_grads(policy, batch, share, rows=None):
+    """Masked log-probs and entropies, and the gradients of a loss over them, micro-batched by
+    `rows` (slices) the way the trainer splits a batch."""
+    policy.model.zero_grad(set_to_none=True)
+    parts = []
+    for part_rows in rows or [slice(0, batch.input_ids.shape[0])]:
+        part = batch.rows(part_rows)
+        logprobs, entropy = completion_logprobs(policy.model, part, with_entropy=True, share_prompts=share)
+        weights = torch.linspace(-1.0, 1.0, logprobs.shape[0])[:, None]
+        (logprobs * weights * part.completion_mask).sum().backward()
+        parts.append((logprobs * part.completion_mask, entropy * part.completion_mask))
+    grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+    return torch.cat([lp for lp, _ in parts]), torch.cat([e for _, e in parts]), grads
+
+
+def test_shared_prompt_passes_give_the_plain_passes_log_probs_and_gradients():
+    """Each group's prompt run once (its keys and values indexed out to its rows) must give what
+    G separate copies give: the same log-probs, entropies and gradients, to float rounding --
+    with left padding (prompts of different lengths), right padding (completions of different
+    lengths), full fine-tuning and LoRA, the reference with the adapter off, and micro-batches
+    that cut a group in two."""
+    for finetune in ("full", "lora"):
+        policy = load_policy("tiny", tiny_size="nano", finetune=finetune, seed=0, need_reference=False)
+        if finetune == "lora":  # a fresh adapter's B is 0: make it matter
+            with torch.no_grad():
+                for i, (_, p) in enumerate(n for n in policy.model.named_parameters() if "lora_" in n[0]):
+                    p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.5)
+        batch = grouped_batch(policy, [5, 11, 8], 3, [7, 3, 7, 1, 7, 6, 2, 7, 7])
+        policy.model.train()
+        assert _shared_prompt_logits(policy.model, batch) is not None  # the shared path is taken
+        for rows in (None, [slice(0, 4), slice(4, 9)]):
+            plain = logprobs_and_grads(policy, batch, share=False, rows=rows)
+            shared = logprobs_and_grads(policy, batch, share=True, rows=rows)
+            exact = logprobs_and_grads(policy.model.double() and policy, batch, share=False, rows=rows)
+            policy.model.float()  # float32 -> float64 -> float32 is exact
+            assert torch.allclose(plain[0], shared[0], atol=1e-5), (finetune, rows)
+            assert torch.allclose(plain[1], shared[1], atol=1e-5), (finetune, rows)
+            assert plain[2].keys() == shared[2].keys() == exact[2].keys() and plain[2]
+            for name, grad in exact[2].items():
+                # As accurate as the plain pass: both off float64 by float32 rounding only (with
+                # these large adapters, LoRA's plain gradients are ~2e-3 off; full's ~1e-6).
+                plain_error, shared_error = (
+                    float((g[2][name] - grad).norm() / grad.norm()) for g in (plain, shared)
+                )
+                assert shared_error <= 1.5 * plain_error + 1e-6, (
+                    finetune,
+                    rows,
+                    name,
+                    shared_error,
+                    plain_error,
+                )
+        if finetune == "lora":
+            with policy.reference_mode() as ref, torch.no_grad():
+                adapter_off = [completion_logprobs(ref, batch, share_prompts=s)[0] for s in (False, True)]
+            with torch.no_grad():
+                with_adapter = completion_logprobs(policy.model, batch, share_prompts=True)[0]
+            mask = batch.completion_mask
+            assert torch.allclose(adapter_off[0] * mask, adapter_off[1] * mask, atol=1e-5)
+            assert not torch.allclose(adapter_off[0] * mask, with_adapter * mask, atol=1e-3)
+
+
+def test_prompt_runs_group_neighbouring_rows_with_the_same_padded_prompt():
+    pad = 0
+    # Rows 2 and 3 hold the same ids, but in row 3 the leading pad id is a real token (a
+    # tokenizer that pads with EOS): different prompts. Row 4 repeats row 0 but is not beside it.
+    prompts = torch.tensor([[7, 8], [7, 8], [pad, 9], [pad, 9], [7, 8]])
+    prompt_mask = torch.tensor([[1, 1], [1, 1], [0, 1], [1, 1], [1, 1]])
+    completion = torch.full((5, 1), 4)
+    batch = TokenBatch(
+        torch.cat([prompts, completion], 1),
+        torch.cat([prompt_mask, torch.ones((5, 1), dtype=torch.long)], 1),
+        torch.zeros((5, 3), dtype=torch.long),  # unused here
+        completion,
+        torch.ones((5, 1)),
+    )
+    firsts, run_of_row = prompt_runs(batch)
+    assert firsts.tolist() == [0, 2, 3, 4]
+    assert run_of_row.tolist() == [0, 0, 1, 2, 3]
+
+
+def test_gradient_checkpointing_runs_every_rows_prompt():
+    """A checkpointed model keeps no cache in training: the plain pass runs, with the same result."""
+    policy = load_policy(
+        "tiny", tiny_size="nano", finetune="full", seed=0, need_reference=False, gradient_checkpointing=True
+    )
+    batch = grouped_batch(policy, [4, 6], 2, [5, 5, 3, 5])
+    policy.model.train()
+    assert _shared_prompt_logits(policy.model, batch) is None
+    shared, _ = completion_logprobs(policy.model, batch, share_prompts=True)
+    plain, _ = completion_logprobs(policy.model, batch, share_prompts=False)
+    assert torch.equal(shared, plain)
 
 
 def test_parameters_change_and_the_reference_is_the_base_model(tmp_path):

@@ -58,22 +58,32 @@ def build_batch(
 
 
 def completion_logprobs(
-    model: Any, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
+    model: Any,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(completion token | prefix) [N, T] (float32), and the per-token entropy if asked.
 
-    Only the last T+1 positions' logits are computed (`logits_to_keep`). Logits are divided by
-    the sampling temperature, so the ratio is taken against the distribution that sampled.
+    Only the logits that predict completion tokens are computed. Logits are divided by the
+    sampling temperature, so the ratio is taken against the distribution that sampled.
+
+    With `share_prompts`, neighbouring rows with the same prompt (a GRPO group) run it once:
+    see `_shared_prompt_logits`. The log-probs agree with the plain pass to float rounding.
     """
     t = batch.completion_length
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=t + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1, :].float()  # [N, T, V]: position j predicts completion token j
+    logits = _shared_prompt_logits(model, batch) if share_prompts else None
+    if logits is None:
+        out = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            logits_to_keep=t + 1,
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1, :]  # [N, T, V]: position j predicts completion token j
+    logits = logits.float()
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
@@ -83,3 +93,60 @@ def completion_logprobs(
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)  # [N, T]
     return logprobs, entropy
+
+
+def prompt_runs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first row of each run of neighbouring rows with the same padded prompt [U], the run of
+    each row [N]). A GRPO batch holds its G rows of a prompt side by side."""
+    p = batch.input_ids.shape[1] - batch.completion_length
+    ids, mask = batch.input_ids[:, :p], batch.attention_mask[:, :p]
+    starts = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
+    # The mask too: a pad id may also be a real token (a tokenizer padding with EOS).
+    starts[1:] = (ids[1:] != ids[:-1]).any(-1) | (mask[1:] != mask[:-1]).any(-1)
+    return starts.nonzero().squeeze(-1), starts.long().cumsum(0) - 1
+
+
+def _shared_prompt_logits(model: Any, batch: TokenBatch) -> torch.Tensor | None:
+    """Logits [N, T, V] predicting the completion tokens, each distinct prompt run once.
+
+    The prompts go through the model alone (one row per run of equal prompts), keeping their
+    keys and values; those are indexed out to every row of the run, and the completions run
+    on top of them. Gradients reach the prompt's computation through that indexing, summed over
+    the run's rows, as they would through G separate copies. With G completions of length T
+    per prompt of length P, the passes handle P + G*T tokens a group instead of G*(P + T).
+
+    None where there is nothing to share (every row its own prompt) or the model keeps no
+    cache in this mode (gradient checkpointing): the caller runs the plain pass.
+    """
+    firsts, run_of_row = prompt_runs(batch)
+    n, t = batch.input_ids.shape[0], batch.completion_length
+    p = batch.input_ids.shape[1] - t
+    # Under DDP, one forward call per backward goes through the wrapper (it readies the
+    # gradient all-reduce per call); the prompt pass calls the wrapped module directly. Its
+    # parameters' gradients still arrive through the completion pass's graph.
+    prompt_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    if len(firsts) == n or p == 0 or getattr(prompt_model, "is_gradient_checkpointing", False):
+        return None
+    prompt = prompt_model(
+        input_ids=batch.input_ids[firsts, :p],
+        attention_mask=batch.attention_mask[firsts, :p],
+        position_ids=batch.position_ids[firsts, :p],
+        logits_to_keep=1,
+        use_cache=True,
+    )
+    cache = prompt.past_key_values
+    if cache is None or not hasattr(cache, "batch_select_indices"):
+        return None
+    first_logits = prompt.logits[run_of_row]  # [N, 1, V]: the prompt's last position
+    if t == 1:
+        return first_logits
+    cache.batch_select_indices(run_of_row)
+    out = model(
+        input_ids=batch.input_ids[:, p:-1],
+        attention_mask=batch.attention_mask[:, :-1],
+        position_ids=batch.position_ids[:, p:-1],
+        past_key_values=cache,
+        logits_to_keep=t - 1,
+        use_cache=True,
+    )
+    return torch.cat([first_logits, out.logits], dim=1)

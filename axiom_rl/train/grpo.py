@@ -60,6 +60,10 @@ from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
 from .stop import StopRequest
 
+# The reference, old-policy and training passes run each group's prompt once, not G times
+# (batch.py: _shared_prompt_logits). benchmarks/grpo_step.py turns it off to measure it.
+SHARE_PROMPT_PASSES = True
+
 
 class TrainingStopped(RuntimeError):
     """The run stopped on purpose (repeated non-finite losses); a checkpoint was written."""
@@ -204,7 +208,7 @@ def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Te
     """Log-probs [N, T] without gradient, micro-batch by micro-batch."""
     model.eval()
     parts = [
-        completion_logprobs(model, batch.rows(s), cfg.temperature)[0]
+        completion_logprobs(model, batch.rows(s), cfg.temperature, share_prompts=SHARE_PROMPT_PASSES)[0]
         for s in micro_batches(batch.input_ids.shape[0], cfg.gradient_accumulation_steps)
     ]
     return torch.cat(parts)
@@ -241,7 +245,9 @@ def optimizer_step(
         part = batch.rows(rows)
         with parallel.no_sync(train_model, skip=index < len(parts) - 1):
             t0 = time.perf_counter()
-            logprobs, entropy = completion_logprobs(train_model, part, cfg.temperature, with_entropy=True)
+            logprobs, entropy = completion_logprobs(
+                train_model, part, cfg.temperature, with_entropy=True, share_prompts=SHARE_PROMPT_PASSES
+            )
             loss, metrics = policy_loss(
                 logprobs,
                 None if old is None else old[rows],
