@@ -12,7 +12,8 @@ Gradient checkpointing is off on both sides unless --gradient-checkpointing turn
 Printed per configuration: seconds per step (median, range), completion tokens per second, peak
 RSS (or peak CUDA memory; median and range over rounds, one process each), the split of a step (generation / reference and old log-probs /
 forward / backward), the ratio axiom-rl : TRL, and the compute floor -- the step's FLOPs (from
-the model shape and token counts) over the matmul throughput measured on this device at the
+the model shape and token counts, each prompt counted once per step as both generation and
+axiom-rl's training passes need it) over the matmul throughput measured on this device at the
 start -- with each side's step time as a multiple of it, and the time the step's linear layers
 alone take with each matmul timed at its real shape (decode steps are a few rows times a weight,
 where the BLAS runs below the large-matmul rate): a bound for any implementation calling it.
@@ -234,7 +235,9 @@ def step_work(setup: Setup, prompt_len: int) -> dict[str, tuple[float, float]]:
 
     Linear layers cost 2 x params x tokens per forward (the backward twice that); attention adds
     4 x layers x hidden x context per token. Logits are only needed for completion positions;
-    generation prefills each prompt once and decodes every row token by token. Bytes: every pass
+    generation prefills each prompt once and decodes every row token by token; the training
+    passes also need each prompt once, with every row's completion on top of it (as axiom-rl
+    runs them; TRL runs every row's prompt, more work than is counted here). Bytes: every pass
     reads the weights once; every decode step reads them again and the KV cache written so far
     (which is what bounds decoding on a GPU). Activations and the optimizer are left out.
     """
@@ -253,7 +256,12 @@ def step_work(setup: Setup, prompt_len: int) -> dict[str, tuple[float, float]]:
     prefill = 2 * body * setup.prompts * p + attention(setup.prompts * p, p / 2)  # once per prompt
     decode = rows * t * (2 * (body + d * vocab)) + attention(rows * t, p + t / 2)
     kv_read = t * L * rows * 2 * kv * (p + t / 2) * size  # K and V of every position so far, per step
-    fwd = rows * (p + t) * 2 * body + rows * t * 2 * d * vocab + attention(rows * (p + t), (p + t) / 2)
+    fwd = (
+        (setup.prompts * p + rows * t) * 2 * body
+        + rows * t * 2 * d * vocab
+        + attention(setup.prompts * p, p / 2)
+        + attention(rows * t, p + t / 2)
+    )
     return {
         "prefill": (prefill, weights),
         "decode": (decode, t * weights + kv_read),
@@ -325,15 +333,14 @@ def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]
 
     rows, t = setup.prompts * setup.generations, setup.completion
     gen = forward(setup.prompts * prompt_len, setup.prompts) + (t - 1) * forward(rows, rows)
-    parts = setup.micro_batches  # the training passes run micro-batch by micro-batch
-    train_rows = rows * (prompt_len + t) // parts
-    fwd = parts * forward(train_rows, rows * t // parts)
-    return {
-        "generation": gen,
-        "reference": fwd if setup.beta else 0.0,
-        "forward": fwd,
-        "backward": parts * backward(train_rows, rows * t // parts),
-    }
+    # The training passes run micro-batch by micro-batch; in each, every group's prompt once
+    # (logits at its last position), then every row's completion on top of it.
+    parts = setup.micro_batches
+    prompt_rows, completion_rows = setup.prompts * prompt_len // parts, rows * t // parts
+    groups = setup.prompts // parts
+    fwd = parts * (forward(prompt_rows, groups) + forward(completion_rows, completion_rows))
+    bwd = parts * (backward(prompt_rows, groups) + backward(completion_rows, completion_rows))
+    return {"generation": gen, "reference": fwd if setup.beta else 0.0, "forward": fwd, "backward": bwd}
 
 
 # ------------------------------------------------------------------------------ the two sides

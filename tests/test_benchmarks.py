@@ -53,3 +53,12 @@ def test_floor_is_the_slower_of_compute_and_memory(grpo_step):
     assert slow >= work["decode"][1] / 1e9
     longer = grpo_step.step_work(replace(full, completion=128), 30)["decode"][1]
     assert longer > 2 * work["decode"][1]  # twice the steps, each over a longer cache
+
+
+def test_training_passes_count_each_prompt_once_per_group(grpo_step):
+    """16 rows as 4 prompts x G=4 need less training-pass work than 16 prompts x G=1: the same
+    completions, but a quarter of the prompt tokens (each group's prompt runs once)."""
+    grouped = grpo_step.CONFIGS["full"]  # 4 prompts x G = 4
+    single = replace(grouped, prompts=16, generations=1)
+    for phase in ("reference", "forward", "backward"):
+        assert grpo_step.step_work(grouped, 30)[phase][0] < grpo_step.step_work(single, 30)[phase][0]
