@@ -267,7 +267,6 @@ def verify(
 ) -> int:
     """Run completions against their problems in the sandbox; print a summary."""
     from .io import atomic_open
-    from .sandbox import Sandbox
     from .verify_files import verify_files
 
     if workers is not None and workers < 1:
@@ -275,14 +274,13 @@ def verify(
     with contextlib.ExitStack() as stack:
         # Opened first, so an --out that cannot be written fails before the verification, not after.
         sink = stack.enter_context(atomic_open(out_path)) if out_path else sys.stdout
-        with Sandbox(workers=workers) as sandbox, progress_bar("verifying") as progress:
-            report = verify_files(problems_path, completions_path, sandbox, timeout, progress=progress)
-            isolation = sandbox.isolation
+        with progress_bar("verifying") as progress:
+            report = verify_files(problems_path, completions_path, workers, timeout, progress=progress)
         for e in report.errors:
             click.echo(f"error: {e}", err=True)
         for row in report.results:
             sink.write(json.dumps(row) + "\n")
-    print_verify_summary(report.results, isolation)
+    print_verify_summary(report.results, report.isolation)
     return 2 if report.errors else 0
 
 
@@ -301,7 +299,7 @@ def print_verify_summary(results: list[dict[str, Any]], isolation: str) -> None:
         table.add_row(status, str(n), f"{n / max(1, len(results)):.1%}")
     err.print(table)
     mean = sum(r["reward"] for r in results) / max(1, len(results))
-    err.print(f"{len(results)} verified, mean reward {mean:.3f}; sandbox: {isolation}")
+    err.print(f"{len(results)} verified, mean reward {mean:.3f}; sandbox: {isolation or 'not started'}")
 
 
 # --------------------------------------------------------------------------------------- train

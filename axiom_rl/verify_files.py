@@ -6,6 +6,7 @@ numbers and skipped; everything else is still verified.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from .verifier import verify_many
 class VerifyReport:
     results: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    isolation: str = ""  # the sandbox's, as it reported it
+    workers: int = 0  # sandbox slots started
 
 
 def load_problems(path: str | Path, errors: list[str]) -> dict[str, Problem]:
@@ -69,10 +72,12 @@ def read_problems_file(path: str) -> list[Problem]:
 def verify_files(
     problems_path: str | Path,
     completions_path: str | Path,
-    sandbox: Sandbox,
+    workers: int | None = None,
     timeout: float | None = None,
     progress: Callable[[int], Callable[[], None]] | None = None,
 ) -> VerifyReport:
+    """Read both files, then verify in a sandbox of `workers` slots (default: one per core),
+    never more than there are completions: each slot is a monitor process to start."""
     report = VerifyReport()
     problems = load_problems(problems_path, report.errors)
     todo: list[tuple[Problem, str]] = []
@@ -101,10 +106,14 @@ def verify_files(
         raise UserError(f"{completions_path}: no completions")
     if timeout is not None:
         positive(("--timeout", timeout))
+    if not todo:  # every line was bad: nothing to start a sandbox for
+        return report
     tick = progress(len(todo)) if progress else None
-    verdicts = verify_many(
-        [p for p, _ in todo], [c for _, c in todo], sandbox, timeout=timeout, progress=tick
-    )
+    with Sandbox(workers=min(workers or os.cpu_count() or 1, len(todo))) as sandbox:
+        verdicts = verify_many(
+            [p for p, _ in todo], [c for _, c in todo], sandbox, timeout=timeout, progress=tick
+        )
+        report.isolation, report.workers = sandbox.isolation, sandbox.workers
     for (problem, completion), verdict in zip(todo, verdicts):
         reward, components = compute_reward(problem, completion, verdict)
         row = {"problem_id": problem.id, "reward": round(reward, 6), **verdict.to_dict()}

@@ -178,6 +178,31 @@ def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
     assert set(results[0]) >= {"problem_id", "reward", "status", "passed", "total", "time_s", "detail"}
 
 
+def test_verify_starts_no_more_sandbox_slots_than_completions(capsys, tmp_path):
+    """Each slot is a monitor process: --workers 64 for two completions starts two; a file whose
+    every line is bad starts none."""
+    from axiom_rl.verify_files import verify_files
+
+    problems = tmp_path / "p.jsonl"
+    assert (
+        run(capsys, "problems", "export", "--task", "fizzbuzz", "--count", "2", "--out", str(problems))[0]
+        == 0
+    )
+    ids = [json.loads(line)["id"] for line in problems.read_text().splitlines()]
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(
+        "".join(json.dumps({"problem_id": i, "completion": "def f(): pass"}) + "\n" for i in ids)
+    )
+    report = verify_files(problems, completions, workers=64)
+    assert report.workers == 2 and len(report.results) == 2 and report.isolation
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"problem_id": "missing-id", "completion": "x"}) + "\n")
+    report = verify_files(problems, bad, workers=64)
+    assert report.workers == 0 and not report.results and report.errors
+    code, _, err = run(capsys, "verify", str(problems), str(bad))
+    assert code == 2 and "unknown problem id 'missing-id'" in err and "sandbox: not started" in err
+
+
 @needs_shared_data(HUMANEVAL)
 def test_import_then_verify_humaneval(capsys, tmp_path):
     problems = tmp_path / "he.jsonl"
