@@ -6,7 +6,6 @@ numbers and skipped; everything else is still verified.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 from .errors import UserError, positive
 from .io import read_jsonl
 from .rewards import compute_reward
-from .sandbox import Sandbox
+from .sandbox import Sandbox, pool_size
 from .tasks.importers import mbpp_problem_id
 from .tasks.registry import TASKS
 from .types import Problem
@@ -109,7 +108,7 @@ def verify_files(
     if not todo:  # every line was bad: nothing to start a sandbox for
         return report
     tick = progress(len(todo)) if progress else None
-    with Sandbox(workers=min(workers or os.cpu_count() or 1, len(todo))) as sandbox:
+    with Sandbox(workers=pool_size(workers, len(todo))) as sandbox:
         verdicts = verify_many(
             [p for p, _ in todo], [c for _, c in todo], sandbox, timeout=timeout, progress=tick
         )

@@ -22,7 +22,7 @@ from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, load_for_inference
 from ..rewards import compute_reward
 from ..rollout import get_backend, truncation_warning
-from ..sandbox import Sandbox
+from ..sandbox import Sandbox, pool_size
 from ..tasks import generate_problems, get_task, task_names
 from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
@@ -137,7 +137,9 @@ def _generate_and_store(
     model, tokenizer, _ = load_for_inference(cfg.model, cfg.dtype, cfg.device, cfg.tiny_size, cfg.seed)
     backend = get_backend("auto", model)
     needs_sandbox = any(get_task(problems[i].task).runs_code for i in todo)
-    sandbox = Sandbox(workers=cfg.workers).start() if needs_sandbox else None
+    # At most one batch of problems x samples is verified at once.
+    jobs = min(len(todo), cfg.batch_size) * cfg.samples
+    sandbox = Sandbox(workers=pool_size(cfg.workers, jobs)).start() if needs_sandbox else None
     finished, truncated = len(problems) - len(todo), 0
     try:
         for start in range(0, len(todo), cfg.batch_size):

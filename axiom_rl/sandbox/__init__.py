@@ -55,7 +55,16 @@ What is not covered:
   process that lives across jobs. Do not verify against test code you do not trust.
 """
 
-from .pool import DEFAULT_LIMITS, Limits, RunResult, Sandbox, SandboxError, decode_value, default_sandbox
+from .pool import (
+    DEFAULT_LIMITS,
+    Limits,
+    RunResult,
+    Sandbox,
+    SandboxError,
+    decode_value,
+    default_sandbox,
+    pool_size,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -65,4 +74,5 @@ __all__ = [
     "SandboxError",
     "decode_value",
     "default_sandbox",
+    "pool_size",
 ]

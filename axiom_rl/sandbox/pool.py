@@ -207,6 +207,12 @@ class _Slot:
         self.stderr.close()
 
 
+def pool_size(workers: int | None, jobs: int) -> int:
+    """Slots for a pool that will run at most `jobs` at once: `workers` (default: one per core),
+    never more than that, since each slot is a monitor process to start and hold."""
+    return max(1, min(workers or os.cpu_count() or 1, jobs))
+
+
 class Sandbox:
     """A pool of sandboxed workers. Use as a context manager, or call close()."""
 

@@ -44,7 +44,7 @@ from ..models.load import (
 )
 from ..rewards import compute_reward
 from ..rollout import Rollout, get_backend, truncation_warning
-from ..sandbox import Sandbox
+from ..sandbox import Sandbox, pool_size
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
@@ -407,6 +407,8 @@ def _train(
     result = TrainResult(run_dir, step, is_main=parallel.is_main)
     budget_spent = False
     workers = cfg.verify_workers or max(1, (os.cpu_count() or 1) // parallel.world)
+    # A rollout verifies prompts_per_step x G completions at once (a DAPO refill, fewer).
+    workers = pool_size(workers, cfg.prompts_per_step * cfg.num_generations)
     sandbox = Sandbox(workers=workers) if plan.needs_sandbox else None
     with contextlib.ExitStack() as stack, StopRequest(say if parallel.is_main else (lambda m: None)) as stop:
         if sandbox is not None:
