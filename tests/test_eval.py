@@ -471,6 +471,24 @@ def test_eval_on_an_imported_benchmark_file(tmp_path, capsys):
     again_name, again = evaluate(cfg)  # nothing left to do: the same run, the same rows
     assert again_name == name and again == summary
 
+    # The file changed under the same ids (a test edited): not mixed into this database's
+    # attempts, under this run's name or another's; nothing is written.
+    changed = tmp_path / "he3-changed.jsonl"
+    rows = [json.loads(line) for line in subset.read_text().splitlines()]
+    rows[1]["test_code"] += "\n    assert True\n"
+    changed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = db.read_bytes()
+    for run_name in (None, "another-name"):
+        with pytest.raises(
+            UserError, match=r"1 of these problems \('HumanEval/1' first\) differ from the problems"
+        ):
+            evaluate(dataclasses.replace(cfg, problems_file=str(changed), run_name=run_name))
+    assert db.read_bytes() == before
+    code, _, err = run_cli(
+        capsys, "eval", "--model", "tiny", "--problems-file", str(changed), "--db", str(db)
+    )
+    assert code == 2 and err.count("\n") == 1 and "evaluate them into another --db" in err
+
     code, _, err = run_cli(
         capsys, "eval", "--model", "tiny", "--problems-file", str(tmp_path / "absent.jsonl")
     )

@@ -108,6 +108,12 @@ def evaluate(
     if not cfg.problems_file:  # as runs stored before the option existed recorded them: they resume
         del settings["problems_file"]
     with ResultsDB(cfg.db) as db:
+        conflicts = db.conflicting_problems(problems)
+        if conflicts:  # a changed problems file, or another source's problem under the same id
+            raise UserError(
+                f"{len(conflicts)} of these problems ({conflicts[0]!r} first) differ from the problems "
+                f"{cfg.db} holds under the same ids; evaluate them into another --db"
+            )
         run = db.start_run(name, cfg.model, settings)
         done = db.done(run)
         todo = [i for i, p in enumerate(problems) if any((p.id, s) not in done for s in range(cfg.samples))]

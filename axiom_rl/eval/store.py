@@ -252,6 +252,17 @@ class ResultsDB:
         )
         return [dict(zip(keys, r)) for r in rows]
 
+    def conflicting_problems(self, problems: Sequence[Problem]) -> list[str]:
+        """Ids of `problems` that this database holds as a different problem. An id names one
+        problem here: attempts, `eval show` and `sft --from-samples` read it back by id."""
+        stored: dict[str, str] = {}
+        ids = [p.id for p in problems]
+        for start in range(0, len(ids), 500):  # under SQLite's limit on bound parameters
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            stored.update(self.conn.execute(f"SELECT id, json FROM problems WHERE id IN ({marks})", chunk))
+        return [p.id for p in problems if p.id in stored and Problem.from_json(stored[p.id]) != p]
+
     def problem(self, problem_id: str) -> Problem:
         row = self.conn.execute("SELECT json FROM problems WHERE id = ?", (problem_id,)).fetchone()
         if row is None:
