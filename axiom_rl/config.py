@@ -367,7 +367,7 @@ def refuse_beside(config: Any, source: str, flags: dict[str, str], given: Iterab
         return
     defaults, given = type(config)(), set(given)
     used = [
-        flag
+        "--all" if name == "tasks" and getattr(config, name) == ["all"] else flag  # how it was asked for
         for name, flag in flags.items()
         if name in given or getattr(config, name) != getattr(defaults, name)
     ]

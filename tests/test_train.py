@@ -697,6 +697,8 @@ def test_bad_input_is_one_line_before_anything_loads(tmp_path, args, message):
         ("sft", ["--warmup-steps", "-1"], "warmup_steps must be >= 0"),
         # one source of SFT targets; the defaults given explicitly count too
         ("sft", ["--problems-file", "p.jsonl", "--task", "countdown"], "--task cannot be used with --problems-file"),
+        ("sft", ["--problems-file", "p.jsonl", "--all"], "error: --all cannot be used with --problems-file"),
+        ("train", ["--problems-file", "p.jsonl", "--all"], "error: --all cannot be used with --problems-file"),
         ("sft", ["--problems-file", "p.jsonl", "--from-samples", "a"], "--from-samples cannot be used with --problems-file"),
         ("sft", ["--from-samples", "a", "--difficulty", "1"], "--difficulty cannot be used with --from-samples"),
     ],
