@@ -118,11 +118,12 @@ def _forward_backward(model, ids):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logits = model(input_ids=ids).logits
     logits.float().log_softmax(-1).mean().backward()
-    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, sum(kept.values())
+    grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+    return logits.detach(), grads, sum(kept.values())
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
-def test_lean_mlp_keeps_one_tensor_fewer_and_changes_no_number(family):
+def test_lean_mlp_keeps_two_tensors_fewer_and_changes_no_number(family):
     import copy
 
     import torch
@@ -139,7 +140,36 @@ def test_lean_mlp_keeps_one_tensor_fewer_and_changes_no_number(family):
     lean_logits, lean_grads, lean_kept = _forward_backward(lean, ids)
     assert torch.equal(logits, lean_logits)
     assert all(torch.equal(grads[n], lean_grads[n]) for n in grads)
-    # silu(gate): one [rows, tokens, intermediate] float32 tensor per layer, no longer kept
+    # silu(gate) and the product down_proj reads: two [rows, tokens, intermediate] float32
+    # tensors per layer, no longer kept
+    assert kept - lean_kept == layers * 2 * 3 * 17 * model.config.intermediate_size * 4
+
+
+def test_lean_mlp_with_lora_on_the_down_projection_changes_no_number():
+    """A LoRA layer wraps down_proj: the product stays its input (kept), silu(gate) is not."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from axiom_rl.models.activation_memory import lean_mlp_activations
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["down_proj", "q_proj"])
+    model = get_peft_model(build_tiny_model("micro", seed=3)[0], config)
+    with torch.no_grad():  # a fresh adapter's B is 0: make its gradients and output matter
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.05)
+    lean = copy.deepcopy(model)
+    layers = model.config.num_hidden_layers
+    assert lean_mlp_activations(lean) == layers
+    ids = torch.randint(0, 60, (3, 17))
+    logits, grads, kept = _forward_backward(model, ids)
+    lean_logits, lean_grads, lean_kept = _forward_backward(lean, ids)
+    assert torch.equal(logits, lean_logits)
+    assert grads.keys() == lean_grads.keys()
+    assert all(torch.equal(grads[n], lean_grads[n]) for n in grads if grads[n] is not None)
     assert kept - lean_kept == layers * 3 * 17 * model.config.intermediate_size * 4
 
 

@@ -1,11 +1,13 @@
-"""Less activation memory in training, for the same numbers: a gated MLP that keeps one tensor
+"""Less activation memory in training, for the same numbers: a gated MLP that keeps two tensors
 fewer for backward.
 
 A Llama-family MLP computes down(silu(gate(x)) * up(x)). Under autograd, silu keeps `gate` and
 the product keeps `silu(gate)` and `up`: three [tokens, intermediate] tensors per layer, plus the
-product that `down` keeps. `silu_mul` keeps `gate` and `up` only and recomputes `silu(gate)` in
-backward (one element-wise pass), so a layer holds one such tensor fewer at the step's peak:
-with 64 rows x 280 tokens and an intermediate size of 688, 49 MB a layer.
+product that `down` keeps, four in all. `silu_mul_down` keeps `gate` and `up` only and
+recomputes `silu(gate)` and the product in backward (two element-wise passes), so a layer holds
+two such tensors fewer at the step's peak: with 64 rows x 280 tokens and an intermediate size of
+688, 98 MB a layer. Where `down` is not a plain bias-free Linear (a LoRA layer wraps it),
+`silu_mul` keeps `gate` and `up` for the product alone and `down` keeps its input: one fewer.
 
 Forward and backward run the same operations as autograd does, in the same order, so values and
 gradients are identical bit for bit (tests/test_models.py checks this on a real model); seeded
@@ -44,8 +46,40 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return _SiluMul.apply(gate, up)
 
 
+class _SiluMulDown(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(gate, up, weight)
+        return F.linear(F.silu(gate) * up, weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        gate, up, weight = ctx.saved_tensors
+        silu = F.silu(gate)
+        hidden = silu * up  # the product `down` read, recomputed: the same values
+        # F.linear of a [..., in] input is a matmul folded to 2-D; autograd's mm backward gives the
+        # input's gradient as grad @ W and, W^T being column-major, the weight's as grad^T @ input.
+        grad_2d = grad.reshape(-1, grad.shape[-1])
+        grad_hidden = grad_2d.mm(weight).view(hidden.shape)
+        grad_weight = (
+            grad_2d.t().mm(hidden.reshape(-1, hidden.shape[-1])) if ctx.needs_input_grad[2] else None
+        )
+        # then _SiluMul's backward, as above
+        grad_gate = torch.ops.aten.silu_backward(grad_hidden * up, gate)
+        grad_up = grad_hidden * silu
+        return grad_gate, grad_up, grad_weight
+
+
+def silu_mul_down(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """F.linear(silu(gate) * up, weight), keeping only gate, up and the weight for backward."""
+    return _SiluMulDown.apply(gate, up, weight)
+
+
 def _gated_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
-    return self.down_proj(silu_mul(self.gate_proj(x), self.up_proj(x)))
+    down = self.down_proj
+    if type(down) is torch.nn.Linear and down.bias is None:
+        return silu_mul_down(self.gate_proj(x), self.up_proj(x), down.weight)
+    return down(silu_mul(self.gate_proj(x), self.up_proj(x)))
 
 
 def lean_mlp_activations(model: Any) -> int:
