@@ -94,7 +94,7 @@ ABLATIONS = {
     "hf-generate": ("transformers generate instead of the decode loop", {"rollout_backend": "hf"}),
     "default-malloc": ("glibc's default malloc settings, not keep_freed_memory", {}),
     "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
-    "autograd-mlp": ("autograd's gated MLP, keeping silu(gate) for backward", {}),
+    "autograd-mlp": ("autograd's gated MLP, keeping silu(gate) and the product down_proj reads", {}),
     "unshared-prompts": ("every row's prompt run in the training passes, not each group's once", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
 }
