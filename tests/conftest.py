@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from axiom_rl.sandbox.pool import UID_BASE, UID_COUNT
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HUMANEVAL = SHARED_DATA / "humaneval" / "HumanEval.jsonl"
 MBPP = SHARED_DATA / "mbpp" / "mbpp.jsonl"
-SANDBOX_UIDS = range(61000, 63000)  # uid_base in sandbox/server.py, plus the judges' offset
+SANDBOX_UIDS = range(UID_BASE, UID_BASE + UID_COUNT)  # every uid a worker slot may claim
 
 
 def _proc_uid(pid: str) -> int | None:

@@ -141,12 +141,7 @@ class _Slot:
     def __init__(self, index: int, namespaces: bool, uid: int | None = None) -> None:
         self.index, self.uid = index, uid
         ours, theirs = socket.socketpair()
-        settings = {
-            "slot": index,
-            "uid": uid,
-            "namespaces": namespaces,
-            "fallback_tmp": tempfile.gettempdir(),
-        }
+        settings = {"uid": uid, "namespaces": namespaces, "fallback_tmp": tempfile.gettempdir()}
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (read only if the monitor fails to start)
         self.proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],

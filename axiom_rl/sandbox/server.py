@@ -895,10 +895,8 @@ def configure(settings: dict) -> tuple[dict, str]:
     cfg = {
         "root": root,
         "namespaces": namespaces,
-        # The pool claims a uid no other slot on the machine uses (pool.py: _UidClaims).
-        "uid": (int(settings["uid"]) if settings.get("uid") is not None else 61000 + int(settings["slot"]))
-        if root
-        else None,
+        # Started as root, the pool claims a uid no other slot on the machine uses (pool.py: _UidClaims).
+        "uid": int(settings["uid"]) if root else None,
         "fallback_tmp": settings.get("fallback_tmp") or tempfile.gettempdir(),
         "python_paths": paths,
         "blocked_dirs": _blocked_dirs(paths) if root else [],
