@@ -378,9 +378,7 @@ def _train(
     )
 
     def warn(message: str) -> None:  # once in train.log, once on the console
-        log.info(f"warning: {message}")
-        if parallel.is_main:
-            say(f"warning: {message}")
+        log.warning(message, say if parallel.is_main else None)
 
     short = warmup_warning(cfg.warmup_steps, cfg.steps)
     if short and ckpt is None:

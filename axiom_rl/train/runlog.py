@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,12 @@ class RunLog:
     def info(self, message: str) -> None:
         self._log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
         self._log.flush()
+
+    def warning(self, message: str, say: Callable[[str], None] | None) -> None:
+        """A warning, in train.log and through `say` to the console (None: this process prints none)."""
+        self.info(f"warning: {message}")
+        if say is not None:
+            say(f"warning: {message}")
 
     def failed(self, steps_done: int, error: BaseException) -> None:
         """Record the error that ended the run (the console's line is gone by the time the log is read)."""

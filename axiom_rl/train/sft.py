@@ -209,8 +209,7 @@ def _sft(
     log.info(f"{'resumed at step ' + str(step) if ckpt else 'started'}: SFT of {cfg.model} on {source}")
     short = warmup_warning(cfg.warmup_steps, cfg.steps)
     if short and ckpt is None:
-        log.info(f"warning: {short}")
-        say(f"warning: {short}")
+        log.warning(short, say)
 
     def checkpoint() -> None:
         state = {"step": step, "loss_scale": scale.state_dict() if scale.enabled else None}
