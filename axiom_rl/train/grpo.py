@@ -312,6 +312,7 @@ class _NullLog:
     """What ranks other than 0 log: nothing."""
 
     def info(self, message: str) -> None: ...
+    def warning(self, message: str, say: Callable[[str], None]) -> None: ...
     def failed(self, steps_done: int, error: BaseException) -> None: ...
     def metrics(self, row: dict[str, Any]) -> None: ...
     def samples(self, rows: list[dict[str, Any]]) -> None: ...
@@ -377,12 +378,9 @@ def _train(
         f"{cfg.steps} steps, {parallel.world} process(es), rollout backend {backend.name}"
     )
 
-    def warn(message: str) -> None:  # once in train.log, once on the console
-        log.warning(message, say if parallel.is_main else None)
-
     short = warmup_warning(cfg.warmup_steps, cfg.steps)
     if short and ckpt is None:
-        warn(short)
+        log.warning(short, say)  # rank 0 alone: the others' log is a _NullLog
 
     def checkpoint() -> None:
         streams = parallel.gather(stream.state_dict())
@@ -440,7 +438,7 @@ def _train(
                 cut = truncation_warning(
                     scored.rollout.truncated_prompts, len(scored.problems), cfg.max_prompt_length
                 )
-                warn(f"at step {step + 1}, {cut}")
+                log.warning(f"at step {step + 1}, {cut}", say)
             zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
             refilled = (
                 refill_flat_groups(scored, policy, backend, stream, cfg, plan, sandbox)
@@ -468,7 +466,10 @@ def _train(
             advantages = info.advantages.to(policy.device)
             flat_steps = flat_steps + 1 if not bool(info.advantages.any()) else 0
             if flat_steps == STALL_STEPS:
-                warn(stall_warning(flat_steps, float(rewards.mean()), fixed_problems=bool(cfg.problems_file)))
+                log.warning(
+                    stall_warning(flat_steps, float(rewards.mean()), fixed_problems=bool(cfg.problems_file)),
+                    say,
+                )
             # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
             start = time.perf_counter()
             ref = None

@@ -59,11 +59,10 @@ class RunLog:
         self._log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
         self._log.flush()
 
-    def warning(self, message: str, say: Callable[[str], None] | None) -> None:
-        """A warning, in train.log and through `say` to the console (None: this process prints none)."""
+    def warning(self, message: str, say: Callable[[str], None]) -> None:
+        """A warning, in train.log and through `say` on the console."""
         self.info(f"warning: {message}")
-        if say is not None:
-            say(f"warning: {message}")
+        say(f"warning: {message}")
 
     def failed(self, steps_done: int, error: BaseException) -> None:
         """Record the error that ended the run (the console's line is gone by the time the log is read)."""
