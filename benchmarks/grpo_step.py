@@ -256,12 +256,8 @@ def step_work(setup: Setup, prompt_len: int) -> dict[str, tuple[float, float]]:
     prefill = 2 * body * setup.prompts * p + attention(setup.prompts * p, p / 2)  # once per prompt
     decode = rows * t * (2 * (body + d * vocab)) + attention(rows * t, p + t / 2)
     kv_read = t * L * rows * 2 * kv * (p + t / 2) * size  # K and V of every position so far, per step
-    fwd = (
-        (setup.prompts * p + rows * t) * 2 * body
-        + rows * t * 2 * d * vocab
-        + attention(setup.prompts * p, p / 2)
-        + attention(rows * t, p + t / 2)
-    )
+    # each prompt once (the prefill's work), then every row's completion on top of it
+    fwd = prefill + rows * t * 2 * (body + d * vocab) + attention(rows * t, p + t / 2)
     return {
         "prefill": (prefill, weights),
         "decode": (decode, t * weights + kv_read),
