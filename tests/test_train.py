@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import random
@@ -397,6 +398,24 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, options
     assert any(r["grad_norm"] > 0 and r["reward_std"] > 0 for r in straight.metrics)
 
 
+def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path):
+    """A run started on a CPU (--dtype auto: fp32) and resumed where auto means bf16 (a GPU) has
+    no float32 master weights to restore, and the other way round: one line saying which --dtype
+    resumes it, and the checkpoint is left as it was."""
+    for trained, resumed, fix in (("fp32", "bf16", "--dtype fp32"), ("bf16", "fp32", "the run's --dtype")):
+        out = tmp_path / trained
+        train(small(tmp_path, dtype=trained, output_dir=str(out)))
+        before = {f: f.read_bytes() for f in out.rglob("*") if f.is_file()}
+        with pytest.raises(
+            UserError, match=f"trained in .*this run holds them in {resumed}; resume with {fix}"
+        ):
+            train(small(tmp_path, dtype=resumed, steps=3, output_dir=str(out), resume=True))
+        assert {f: f.read_bytes() for f in before} == before  # config.json too: a plain --resume reads it
+        again = train(small(tmp_path, dtype=trained, steps=3, output_dir=str(out), resume=True))
+        assert len(again.metrics) == 1
+        assert json.loads((out / "config.json").read_text())["steps"] == 3  # the run's options now
+
+
 def test_a_time_budget_ends_the_run_like_its_last_step(tmp_path):
     """--max-seconds: the step under way finishes, then the run ends as if that were its last
     step (checkpoint, final model), not as an interruption."""
@@ -465,7 +484,7 @@ def logprobs_and_grads(policy, batch, share, rows=None):
     for part_rows in rows or [slice(0, batch.input_ids.shape[0])]:
         part = batch.rows(part_rows)
         logprobs, entropy = completion_logprobs(policy.model, part, with_entropy=True, share_prompts=share)
-        weights = torch.linspace(-1.0, 1.0, logprobs.shape[0])[:, None]
+        weights = torch.linspace(-1.0, 1.0, logprobs.shape[0], device=logprobs.device)[:, None]
         (logprobs * weights * part.completion_mask).sum().backward()
         parts.append((logprobs * part.completion_mask, entropy * part.completion_mask))
     grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad}
@@ -479,7 +498,10 @@ def test_shared_prompt_passes_give_the_plain_passes_log_probs_and_gradients():
     lengths), full fine-tuning and LoRA, the reference with the adapter off, and micro-batches
     that cut a group in two."""
     for finetune in ("full", "lora"):
-        policy = load_policy("tiny", tiny_size="nano", finetune=finetune, seed=0, need_reference=False)
+        # fp32 wherever it runs (auto is bf16 on a GPU): the tolerances below are float32 rounding
+        policy = load_policy(
+            "tiny", tiny_size="nano", finetune=finetune, seed=0, need_reference=False, dtype="fp32"
+        )
         if finetune == "lora":  # a fresh adapter's B is 0: make it matter
             with torch.no_grad():
                 for i, (_, p) in enumerate(n for n in policy.model.named_parameters() if "lora_" in n[0]):
@@ -553,7 +575,7 @@ def test_gradient_checkpointing_runs_every_rows_prompt():
 def test_parameters_change_and_the_reference_is_the_base_model(tmp_path):
     for finetune in ("full", "lora"):
         policy = load_policy("tiny", tiny_size="nano", finetune=finetune, seed=0)
-        base, _ = build_tiny_model("nano", seed=0)
+        base = build_tiny_model("nano", seed=0)[0].to(policy.device, policy.dtype)
         ids = [[5, 6, 7]] * 2
         batch = build_batch(ids, [[8, 9, 10], [11, 12]], policy.tokenizer.pad_token_id, policy.device)
         with policy.reference_mode() as ref, torch.no_grad():
@@ -824,7 +846,7 @@ def test_two_processes_with_accelerate_launch(tmp_path):
     # Its checkpoint holds two problem streams, each with its own share: one process cannot resume it.
     with pytest.raises(UserError, match="written by 2 process\\(es\\), not 1; resume with as many"):
         train(TrainConfig(output_dir=str(run), resume=True, steps=3, tiny_size="nano", prompts_per_step=2,
-                          num_generations=2, max_completion_length=8))  # fmt: skip
+                          num_generations=2, max_completion_length=8, device="cpu"))  # fmt: skip
 
 
 TRAIN_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.name.endswith("-sft.yaml"))
@@ -938,9 +960,22 @@ def test_half_precision_weights_are_updated_through_float32_masters(dtype):
     assert torch.equal(half.detach(), full.detach().to(dtype))
     assert bool((opt.masters[0] != start.to(dtype).float()).all())  # every update kept, if below rounding
 
-    restored = make_optimizer([torch.nn.Parameter(half.detach().clone())], 1e-5, 0.01)
-    restored.load_state_dict(opt.state_dict())  # a checkpoint keeps the masters, not their rounding
+    # A checkpoint keeps the masters, not their rounding, and the learning rate the scheduler set
+    # for the next step (a restored scheduler does not set it again: LambdaLR's starts at 1.0).
+    copy = torch.nn.Parameter(half.detach().clone())
+    restored = make_optimizer([copy], 1e-5, 0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(restored, lambda step: 1.0 / (1 + step))
+    saved = io.BytesIO()
+    torch.save((opt.state_dict(), schedules[0].state_dict()), saved)  # as a checkpoint: no shared tensors
+    optimizer_state, schedule_state = torch.load(io.BytesIO(saved.getvalue()), weights_only=False)
+    restored.load_state_dict(optimizer_state)
+    schedule.load_state_dict(schedule_state)
     assert torch.equal(restored.masters[0], opt.masters[0])
+    grad = (torch.randn(2000, generator=gen) * 1e-5).to(dtype)
+    for p, o in ((half, opt), (copy, restored)):
+        p.grad = grad
+        o.step()
+    assert torch.equal(restored.masters[0], opt.masters[0]) and torch.equal(copy, half)
 
 
 def test_a_file_stream_gives_every_problem_once_per_pass_and_restores_its_place():

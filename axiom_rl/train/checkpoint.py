@@ -22,7 +22,7 @@ import torch
 
 from ..errors import UserError
 from ..io import atomic_directory, check_not_held
-from ..models.load import MODEL_CARD, Policy
+from ..models.load import DTYPES, MODEL_CARD, Policy
 
 CHECKPOINT_DIR = "checkpoints"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -168,18 +168,20 @@ def load_checkpoint(
     part = "trainer_state.json"  # what is being read, for the message: torch's own can be cryptic
     try:
         state = json.loads((path / part).read_text())  # first: the cheapest to find damaged
-        part = "model"
-        load_model_weights(model, path / part, lora)
-        part = "optimizer.pt"
-        optimizer.load_state_dict(torch.load(path / part, weights_only=False))
-        part = "scheduler.pt"
-        scheduler.load_state_dict(torch.load(path / part, weights_only=False))
         part = "rng.pt"
         ranks = torch.load(path / part, weights_only=False)["ranks"]
         if len(ranks) != world:  # each process's problem stream continues its own share
             raise UserError(
                 f"checkpoint {path} was written by {len(ranks)} process(es), not {world}; resume with as many"
             )
+        part = "model"
+        load_model_weights(model, path / part, lora)
+        part = "optimizer.pt"
+        saved = torch.load(path / part, weights_only=False)
+        check_same_precision(path, saved, optimizer, model)
+        optimizer.load_state_dict(saved)
+        part = "scheduler.pt"
+        scheduler.load_state_dict(torch.load(path / part, weights_only=False))
         set_rng_state(ranks[rank])
     except UserError:
         raise
@@ -191,6 +193,28 @@ def load_checkpoint(
             f"cannot resume from {path}: its {part} is damaged or unreadable ({why}){hint}"
         ) from e
     return state
+
+
+def check_same_precision(path: Path, saved: Any, optimizer: Any, model: Any) -> None:
+    """Half-precision weights train through float32 masters (master_weights.py), which a float32
+    run has no place for, and the other way round: a run started on a CPU (--dtype auto: float32)
+    and resumed where a GPU makes auto bf16 would otherwise fail deep inside torch."""
+    from .master_weights import MasterWeightOptimizer
+
+    has_masters = isinstance(saved, dict) and "masters" in saved
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps it
+    wants_masters = isinstance(inner, MasterWeightOptimizer)
+    if has_masters == wants_masters:
+        return
+    names = {dtype: name for name, dtype in DTYPES.items()}
+    ours = next(p.dtype for p in model.parameters() if p.requires_grad)
+    ours_name = names.get(ours, str(ours))
+    if has_masters:
+        why = "its weights were trained in half precision (bf16 or fp16)"
+        fix = "resume with the run's --dtype, on a device that has it"
+    else:
+        why, fix = "its weights were trained in fp32", "resume with --dtype fp32"
+    raise UserError(f"cannot resume from {path}: {why} and this run holds them in {ours_name}; {fix}")
 
 
 def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, Any] | None = None) -> None:

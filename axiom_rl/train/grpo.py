@@ -332,7 +332,8 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
     with hold_run_dir(run_dir) if parallel.is_main else contextlib.nullcontext():
         if parallel.is_main:
             ckpt = check_run_dir(cfg, held=True)  # again: another may have finished first
-            save_config(cfg, run_dir / "config.json")
+            if ckpt is None:  # a resume writes its options once its checkpoint has loaded
+                save_config(cfg, run_dir / "config.json")
         return _train(cfg, plan, parallel, run_dir, ckpt, progress, say)
 
 
@@ -370,6 +371,8 @@ def _train(
         stream.load_state_dict(state["streams"][parallel.rank])
         if kalman is not None and state.get("kalman"):
             kalman.load_state_dict(state["kalman"][parallel.rank])
+        if parallel.is_main:  # now the run goes on under them (a failed resume left the old ones)
+            save_config(cfg, run_dir / "config.json")
     log: Any = (
         RunLog(run_dir, resume_step=step if ckpt is not None else None) if parallel.is_main else _NullLog()
     )

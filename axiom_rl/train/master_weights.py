@@ -62,13 +62,22 @@ class MasterWeightOptimizer(torch.optim.Optimizer):
         return loss
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
-        return {"inner": self.inner.state_dict(), "masters": [m.detach().clone() for m in self.masters]}
+        return {
+            "inner": self.inner.state_dict(),
+            "masters": [m.detach().clone() for m in self.masters],
+            # Our own groups' hyperparameters, as any optimizer's state_dict keeps them: a
+            # scheduler sets the next step's learning rate here, not in `inner` (which holds the
+            # last step's), and a restored scheduler does not set it again.
+            "groups": [{k: v for k, v in group.items() if k != "params"} for group in self.param_groups],
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
         masters = state_dict["masters"]
         if [m.shape for m in masters] != [m.shape for m in self.masters]:
             raise ValueError("the saved master weights do not match the model's parameters")
         self.inner.load_state_dict(state_dict["inner"])
+        for group, saved in zip(self.param_groups, state_dict.get("groups", []), strict=False):
+            group.update(saved)
         with torch.no_grad():
             for mine, saved in zip(self.masters, masters, strict=True):
                 mine.copy_(saved)

@@ -198,6 +198,7 @@ def _sft(
         step = state["step"]
         scale.load_state_dict(state.get("loss_scale"))
         examples.skip(step * cfg.batch_size)  # the examples the steps so far took
+        save_config(cfg, run_dir / "config.json")  # the resumed run's options (--steps, say), once loaded
     log = RunLog(run_dir, resume_step=step if ckpt is not None else None, tensorboard=False)
     source = (
         f"samples of {cfg.from_samples}"
