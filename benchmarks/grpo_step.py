@@ -283,19 +283,50 @@ def floor_seconds(setup: Setup, prompt_len: int, rate: float, bandwidth: float |
     )
 
 
-def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]:
+def matmul_timer(dtype: str, device: str) -> Callable[[int, int, int, str], float]:
+    """Seconds of one matmul of the given shape and kind on `device` (best of 5, each shape timed
+    once): "fwd" [m, k] x [n, k]^T as F.linear; "dx" the input's gradient [m, n] x [n, k]; "dw"
+    the weight's gradient [n, m] x [m, k]."""
+    import torch
+    import torch.nn.functional as F
+
+    dt = getattr(torch, TORCH_DTYPES[dtype])
+    cache: dict[tuple[int, int, int, str], float] = {}
+
+    def timed(m: int, k: int, n: int, kind: str = "fwd") -> float:
+        key = (m, k, n, kind)
+        if key not in cache:
+            if kind == "fwd":
+                a, b = torch.randn(m, k, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
+                fn = lambda: F.linear(a, b)  # noqa: E731
+            elif kind == "dx":
+                a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
+                fn = lambda: a @ b  # noqa: E731
+            else:
+                a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(m, k, device=device, dtype=dt)
+                fn = lambda: a.t() @ b  # noqa: E731
+            cache[key] = kernel_seconds(fn, device, runs=5)
+        return cache[key]
+
+    return timed
+
+
+def matmul_bound(
+    setup: Setup,
+    prompt_len: int,
+    device: str,
+    time_matmul: Callable[[int, int, int, str], float] | None = None,
+) -> dict[str, float]:
     """Seconds one step spends in its linear layers alone, each matmul timed at its real shape with
     this machine's BLAS (best of 5): generation (prefill, then one token per row per step: M is
     the number of rows), the reference and policy forwards, and the backward (the input and the
     weight gradient of each). Attention and everything elementwise are left out, so no step that
     calls this BLAS can be faster. The compute floor assumes the rate of a large square matmul for
     all of them; at decode shapes (a few rows times a weight) the BLAS runs at about half of it.
+    `time_matmul(m, k, n, kind)` times one shape (default: on `device`, once per shape).
     """
-    import torch
-    import torch.nn.functional as F
-
-    dt = getattr(torch, TORCH_DTYPES[setup.dtype])
-    d, hd = setup.hidden, setup.hidden // setup.heads
+    d = setup.hidden
+    hd = d // setup.heads
     layer = [
         (d, (setup.heads + 2 * setup.kv_heads) * hd),
         (d, d),
@@ -303,22 +334,7 @@ def matmul_bound(setup: Setup, prompt_len: int, device: str) -> dict[str, float]
         (setup.intermediate, d),
     ]
     vocab = vocab_size()
-    cache: dict[tuple[int, int, int, str], float] = {}
-
-    def timed(m: int, k: int, n: int, kind: str = "fwd") -> float:
-        key = (m, k, n, kind)
-        if key not in cache:
-            if kind == "fwd":  # [m, k] x [n, k]^T, as F.linear
-                a, b = torch.randn(m, k, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
-                fn = lambda: F.linear(a, b)  # noqa: E731
-            elif kind == "dx":  # grad of the input: [m, n] x [n, k]
-                a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
-                fn = lambda: a @ b  # noqa: E731
-            else:  # grad of the weight: [n, m] x [m, k]
-                a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(m, k, device=device, dtype=dt)
-                fn = lambda: a.t() @ b  # noqa: E731
-            cache[key] = kernel_seconds(fn, device, runs=5)
-        return cache[key]
+    timed = time_matmul or matmul_timer(setup.dtype, device)
 
     def forward(m: int, logits_rows: int) -> float:
         return setup.layers * sum(timed(m, k, n) for k, n in layer) + timed(logits_rows, d, vocab)

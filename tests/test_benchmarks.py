@@ -22,15 +22,35 @@ def grpo_step():
 
 
 def test_matmul_bound_covers_each_pass_of_the_step(grpo_step):
+    """The bound's accounting, with each matmul costing its FLOPs (timings would make the
+    comparisons as noisy as the machine); the real timer is checked on its own below."""
     small = grpo_step.Setup("small", hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, completion=8)
-    bound = grpo_step.matmul_bound(small, prompt_len=10, device="cpu")
+    shapes: set[tuple[int, int, int, str]] = set()
+
+    def flops(m: int, k: int, n: int, kind: str = "fwd") -> float:
+        shapes.add((m, k, n, kind))
+        return 2.0 * m * k * n
+
+    bound = grpo_step.matmul_bound(small, 10, "cpu", flops)
     assert set(bound) == {"generation", "reference", "forward", "backward"}
     assert all(v > 0 for v in bound.values())
     assert bound["reference"] == bound["forward"]  # the same shapes, without gradient
+    assert bound["backward"] == 2 * bound["forward"]  # the input's and the weight's gradient
+    assert {kind for *_, kind in shapes} == {"fwd", "dx", "dw"}
     # no reference pass without a KL term, and more decode steps cost more generation
-    assert grpo_step.matmul_bound(replace(small, beta=0.0), 10, "cpu")["reference"] == 0.0
-    longer = grpo_step.matmul_bound(replace(small, completion=64), 10, "cpu")
-    assert longer["generation"] > bound["generation"]
+    assert grpo_step.matmul_bound(replace(small, beta=0.0), 10, "cpu", flops)["reference"] == 0.0
+    longer = grpo_step.matmul_bound(replace(small, completion=64), 10, "cpu", flops)
+    rows = small.prompts * small.generations
+    per_token = grpo_step.matmul_bound(replace(small, completion=9), 10, "cpu", flops)["generation"]
+    assert longer["generation"] - bound["generation"] == 56 * (per_token - bound["generation"])
+    assert per_token - bound["generation"] > 2 * rows * 64 * 64  # a decode step multiplies every row
+
+
+def test_the_matmul_timer_times_each_shape_once(grpo_step):
+    timed = grpo_step.matmul_timer("fp32", "cpu")
+    seconds = [timed(8, 64, 32, kind) for kind in ("fwd", "dx", "dw")]
+    assert all(0 < s < 1 for s in seconds)
+    assert timed(8, 64, 32, "fwd") == seconds[0]  # kept, not timed again
 
 
 def test_step_flops_grow_with_the_work(grpo_step):
