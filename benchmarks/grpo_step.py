@@ -96,7 +96,16 @@ ABLATIONS = {
     "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
     "autograd-mlp": ("autograd's gated MLP, keeping silu(gate) and the product down_proj reads", {}),
     "unshared-prompts": ("every row's prompt run in the training passes, not each group's once", {}),
+    # Not a speed-up there: the default on a GPU is every row's prompt (see grpo.SHARE_PROMPT_PASSES).
+    "shared-prompts": ("each group's prompt run once in the training passes, as on a CPU (GPU only)", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
+}
+# Where an ablation changes anything; `--ablations` alone runs those of the device.
+ABLATION_DEVICE = {
+    "default-malloc": "cpu",  # host memory settings, for CPU training
+    "unshared-prompts": "cpu",
+    "shared-prompts": "cuda",
+    "eager-decode": "cuda",
 }
 
 
@@ -114,8 +123,8 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.models import load
 
         load.lean_mlp_activations = lambda model: 0
-    elif ablation == "unshared-prompts":
-        grpo.SHARE_PROMPT_PASSES = False
+    elif ablation in ("unshared-prompts", "shared-prompts"):
+        grpo.SHARE_PROMPT_PASSES = ablation == "shared-prompts"
     elif ablation == "eager-decode":
         from axiom_rl.rollout.fast import FastBackend
 
@@ -568,6 +577,11 @@ def main() -> None:
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    elsewhere = [a for a in args.ablations or [] if ABLATION_DEVICE.get(a, args.device) != args.device]
+    if elsewhere:
+        ap.error(
+            f"--ablations {elsewhere[0]} changes nothing on {args.device}; it is for {ABLATION_DEVICE[elsewhere[0]]}"
+        )
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.warmup + args.steps < 2:
         ap.error(
             "--rounds and --steps must be >= 1, --warmup >= 0, and --warmup + --steps >= 2 (a first step is never timed)"
@@ -583,7 +597,11 @@ def main() -> None:
     import trl
 
     names = args.config or ["full", "lora", "rollout-heavy"]
-    ablations = list(ABLATIONS) if args.ablations == [] else args.ablations or []
+    ablations = (
+        [a for a in ABLATIONS if ABLATION_DEVICE.get(a, args.device) == args.device]
+        if args.ablations == []
+        else args.ablations or []
+    )
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; device {args.device}")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; "
           f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up, alternating axiom-rl / TRL")  # fmt: skip

@@ -82,3 +82,31 @@ def test_training_passes_count_each_prompt_once_per_group(grpo_step):
     single = replace(grouped, prompts=16, generations=1)
     for phase in ("reference", "forward", "backward"):
         assert grpo_step.step_work(grouped, 30)[phase][0] < grpo_step.step_work(single, 30)[phase][0]
+
+
+def test_each_ablation_changes_what_it_names_on_its_device(grpo_step):
+    """`--ablations` alone runs those that change something on the device; one named for the
+    other device is refused before anything runs (a run that equals the default wastes minutes)."""
+    import subprocess
+
+    assert set(grpo_step.ABLATION_DEVICE) <= set(grpo_step.ABLATIONS)
+    for device, other in (("cpu", "eager-decode"), ("cuda", "unshared-prompts")):
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), "--device", device, "--ablations", other],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2 and f"--ablations {other} changes nothing on {device}" in proc.stderr
+    # the trainer's switch the two prompt ablations set: None chooses by device
+    from axiom_rl.train import grpo
+
+    assert grpo.SHARE_PROMPT_PASSES is None
+    switched = []
+    try:
+        for name in ("unshared-prompts", "shared-prompts"):
+            grpo_step.switch_off(name)
+            switched.append(grpo.SHARE_PROMPT_PASSES)
+    finally:
+        grpo.SHARE_PROMPT_PASSES = None
+    assert switched == [False, True]

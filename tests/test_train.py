@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
@@ -414,6 +415,27 @@ def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path):
         again = train(small(tmp_path, dtype=trained, steps=3, output_dir=str(out), resume=True))
         assert len(again.metrics) == 1
         assert json.loads((out / "config.json").read_text())["steps"] == 3  # the run's options now
+
+
+def test_a_learning_rate_given_with_resume_applies_from_the_next_step(tmp_path):
+    """`--resume --lr X`: the checkpoint's optimizer holds the old rate, and X must replace it
+    (not only in config.json). A rate too small to move any weight leaves the model where the
+    checkpoint had it, the float32 masters of a bf16 run too; the old rate moves it."""
+    from safetensors.torch import load_file
+
+    for dtype in ("fp32", "bf16"):
+        out = tmp_path / dtype
+        train(small(tmp_path, dtype=dtype, save_every=2, output_dir=str(out)))
+        shutil.copytree(out, tmp_path / f"{dtype}-old-rate")
+        still = train(small(tmp_path, dtype=dtype, steps=3, lr=1e-30, output_dir=str(out), resume=True))
+        moved = train(
+            small(tmp_path, dtype=dtype, steps=3, output_dir=str(tmp_path / f"{dtype}-old-rate"), resume=True)
+        )
+        assert still.metrics[-1]["lr"] == 1e-30 and moved.metrics[-1]["lr"] == 1e-3
+        checkpoint = load_file(out / "checkpoints/step-2/model/model.safetensors")
+        for run, same in ((out, True), (tmp_path / f"{dtype}-old-rate", False)):
+            final = load_file(run / "final_model/model.safetensors")
+            assert all(torch.equal(final[k], v) for k, v in checkpoint.items()) is same, (dtype, run)
 
 
 def test_a_time_budget_ends_the_run_like_its_last_step(tmp_path):
@@ -1100,3 +1122,18 @@ def test_the_loss_scale_halves_on_overflow_and_grows_back():
     off = LossScale(enabled=False)
     off.update(finite=False)
     assert off.value == 1.0
+
+
+def test_groups_share_their_prompt_pass_where_it_pays():
+    """On a CPU each group's prompt runs once in the training passes; elsewhere (an H100 measured
+    it slower) every row's prompt runs, unless the switch says otherwise."""
+    from axiom_rl.train import grpo
+
+    batch = build_batch([[5, 6]] * 2, [[7], [8]], 0, torch.device("cpu"))
+    on_meta = TokenBatch(*(t.to("meta") for t in dataclasses.astuple(batch)))
+    assert grpo.share_prompt_passes(batch) and not grpo.share_prompt_passes(on_meta)
+    try:
+        grpo.SHARE_PROMPT_PASSES = False
+        assert not grpo.share_prompt_passes(batch)
+    finally:
+        grpo.SHARE_PROMPT_PASSES = None

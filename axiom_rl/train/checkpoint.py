@@ -202,8 +202,7 @@ def check_same_precision(path: Path, saved: Any, optimizer: Any, model: Any) -> 
     from .master_weights import MasterWeightOptimizer
 
     has_masters = isinstance(saved, dict) and "masters" in saved
-    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps it
-    wants_masters = isinstance(inner, MasterWeightOptimizer)
+    wants_masters = isinstance(optimizer, MasterWeightOptimizer)
     if has_masters == wants_masters:
         return
     names = {dtype: name for name, dtype in DTYPES.items()}

@@ -54,15 +54,24 @@ from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoi
 from .distributed import Parallel
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
-from .optim import make_optimizer, make_scheduler
+from .optim import make_optimizer, make_scheduler, resume_schedule
 from .plan import Plan, plan_run, warmup_warning
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
 from .stop import StopRequest
 
 # The reference, old-policy and training passes run each group's prompt once, not G times
-# (batch.py: _shared_prompt_logits). benchmarks/grpo_step.py turns it off to measure it.
-SHARE_PROMPT_PASSES = True
+# (batch.py: _shared_prompt_logits), where that pays: on a CPU, which computes every token it is
+# given (1.07-1.19x faster steps at 4 prompts x G = 4). On an H100 the separate prompt pass,
+# the cache indexing and its backward (a scatter-add) cost more than the prompt tokens they save:
+# steps took 1.35x as long (3M model) and 1.05x (0.5B, 8 x 8, 512 tokens; its backward 412 ms
+# against 212), for 3% less memory. None: that choice by device; benchmarks/grpo_step.py sets
+# False to measure it.
+SHARE_PROMPT_PASSES: bool | None = None
+
+
+def share_prompt_passes(batch: TokenBatch) -> bool:
+    return batch.input_ids.device.type == "cpu" if SHARE_PROMPT_PASSES is None else SHARE_PROMPT_PASSES
 
 
 class TrainingStopped(RuntimeError):
@@ -208,7 +217,9 @@ def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Te
     """Log-probs [N, T] without gradient, micro-batch by micro-batch."""
     model.eval()
     parts = [
-        completion_logprobs(model, batch.rows(s), cfg.temperature, share_prompts=SHARE_PROMPT_PASSES)[0]
+        completion_logprobs(model, batch.rows(s), cfg.temperature, share_prompts=share_prompt_passes(batch))[
+            0
+        ]
         for s in micro_batches(batch.input_ids.shape[0], cfg.gradient_accumulation_steps)
     ]
     return torch.cat(parts)
@@ -246,7 +257,7 @@ def optimizer_step(
         with parallel.no_sync(train_model, skip=index < len(parts) - 1):
             t0 = time.perf_counter()
             logprobs, entropy = completion_logprobs(
-                train_model, part, cfg.temperature, with_entropy=True, share_prompts=SHARE_PROMPT_PASSES
+                train_model, part, cfg.temperature, with_entropy=True, share_prompts=share_prompt_passes(part)
             )
             loss, metrics = policy_loss(
                 logprobs,
@@ -366,6 +377,7 @@ def _train(
         state = load_checkpoint(
             ckpt, policy.model, optimizer, scheduler, policy.lora, rank=parallel.rank, world=parallel.world
         )
+        resume_schedule(cfg, optimizer, scheduler)  # --lr given with --resume, say
         step, bad_steps = state["step"], state.get("bad_steps", 0)
         scale.load_state_dict(state.get("loss_scale"))
         stream.load_state_dict(state["streams"][parallel.rank])

@@ -28,3 +28,21 @@ def make_scheduler(cfg: Any, optimizer: torch.optim.Optimizer) -> Any:
     return get_scheduler(
         cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
     )
+
+
+def resume_schedule(cfg: Any, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    """After a checkpoint has loaded: the learning rate and weight decay of `cfg`, at the point of
+    the schedule the checkpoint reached. Loading restored the optimizer's own values, so without
+    this `--resume --lr X` would save X as the run's configuration and train on at the old rate;
+    the schedule's shape (--lr-schedule, --warmup-steps, --steps) comes from `cfg` already, as
+    the scheduler was built from it. With the options unchanged this is the learning rate the
+    scheduler itself set (the same product), so an uninterrupted run and a resumed one agree."""
+    scheduler.base_lrs = [cfg.lr for _ in scheduler.base_lrs]
+    for group, lr_at in zip(optimizer.param_groups, scheduler.lr_lambdas, strict=True):
+        group.update(
+            initial_lr=cfg.lr, lr=cfg.lr * lr_at(scheduler.last_epoch), weight_decay=cfg.weight_decay
+        )
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    if isinstance(optimizer, MasterWeightOptimizer):  # its inner AdamW applies the decay
+        for group in optimizer.inner.param_groups:
+            group["weight_decay"] = cfg.weight_decay
