@@ -817,6 +817,27 @@ def test_a_damaged_checkpoint_is_named_with_the_way_out(capsys, tmp_path):
     assert steps == [1, 2, 3]
 
 
+def test_a_checkpoint_of_another_model_says_which_option_differs(capsys, tmp_path):
+    """A readable checkpoint that another model or fine-tuning mode wrote is not "damaged": the
+    way out is the run's own options (an older checkpoint would fail alike), and the run is left
+    as it was."""
+    run = tmp_path / "r"
+    args = ["train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--prompts-per-step", "1",
+            "--num-generations", "2", "--max-completion-length", "8", "--save-every", "1", "--output-dir", str(run)]  # fmt: skip
+    assert main([*args, "--steps", "2"]) == 0
+    before = {f: f.read_bytes() for f in run.rglob("*") if f.is_file()}
+    capsys.readouterr()
+    for flags, says in (
+        (["--finetune", "lora"], "its model is full weights and this run trains a LoRA adapter; resume with --finetune full"),
+        (["--tiny-size", "micro"], "its model has other shapes than this run's (model.embed_tokens.weight is [259, 64] there, [259, 128] here)"),
+    ):  # fmt: skip
+        assert main(["train", "--resume", "--output-dir", str(run), "--steps", "3", *flags]) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last.startswith(f"axiom-rl: error: cannot resume from {run}/checkpoints/step-2: {says}"), last
+        assert "damaged" not in last and "move it aside" not in last
+    assert {f: f.read_bytes() for f in before} == before
+
+
 def test_seed_flag_names_and_yaml_with_overrides(tmp_path):
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text(

@@ -26,6 +26,11 @@ from ..models.load import DTYPES, MODEL_CARD, Policy
 
 CHECKPOINT_DIR = "checkpoints"
 _STEP = re.compile(r"^step-(\d+)$")
+# torch's load_state_dict message for one parameter of another shape
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for (\S+): copying a param with shape torch\.Size\((\[[^]]*\])\) from checkpoint, "
+    r"the shape in current model is torch\.Size\((\[[^]]*\])\)"
+)
 
 
 def checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -138,23 +143,49 @@ def save_checkpoint(
     return final
 
 
+class CheckpointMismatch(Exception):
+    """A readable checkpoint of another kind of run (another model, fine-tuning mode, precision):
+    an older checkpoint of the same run would not load either, so the fix is in the options."""
+
+
 def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
     from safetensors.torch import load_file
 
-    if lora:
-        from peft import set_peft_model_state_dict
+    adapter = (model_dir / "adapter_model.safetensors").exists()
+    if adapter != lora and any(model_dir.glob("*.safetensors")):
+        written, running = (
+            ("a LoRA adapter", "fine-tunes all weights")
+            if adapter
+            else ("full weights", "trains a LoRA adapter")
+        )
+        raise CheckpointMismatch(
+            f"its model is {written} and this run {running}; resume with --finetune {'lora' if adapter else 'full'}"
+        )
+    try:
+        if lora:
+            from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, load_file(model_dir / "adapter_model.safetensors"))
-        return
-    state: dict[str, torch.Tensor] = {}
-    for shard in sorted(model_dir.glob("*.safetensors")):
-        state.update(load_file(shard))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+            set_peft_model_state_dict(model, load_file(model_dir / "adapter_model.safetensors"))
+            return
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(model_dir.glob("*.safetensors")):
+            state.update(load_file(shard))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:
+        if "size mismatch" not in str(e):
+            raise
+        found = _SIZE_MISMATCH.search(str(e))
+        detail = f"{found[1]} is {found[2]} there, {found[3]} here" if found else str(e).splitlines()[0][:120]
+        raise CheckpointMismatch(
+            f"its model has other shapes than this run's ({detail}); resume with the run's own "
+            "--model, --tiny-size and --lora-r"
+        ) from None
     # Tied embeddings are stored once; anything else missing means a different architecture.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:
-        raise RuntimeError(
-            f"checkpoint does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        raise CheckpointMismatch(
+            f"its model is another architecture than this run's (missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}); resume with the run's own --model"
         )
 
 
@@ -178,13 +209,15 @@ def load_checkpoint(
         load_model_weights(model, path / part, lora)
         part = "optimizer.pt"
         saved = torch.load(path / part, weights_only=False)
-        check_same_precision(path, saved, optimizer, model)
+        check_same_precision(saved, optimizer, model)
         optimizer.load_state_dict(saved)
         part = "scheduler.pt"
         scheduler.load_state_dict(torch.load(path / part, weights_only=False))
         set_rng_state(ranks[rank])
     except UserError:
         raise
+    except CheckpointMismatch as e:
+        raise UserError(f"cannot resume from {path}: {e}") from None
     except Exception as e:  # torch, safetensors and pickle raise many kinds
         older = [p for _, p in checkpoints(path.parent.parent) if p != path]
         hint = f"; move it aside to resume from {older[-1].name}" if older else ""
@@ -195,7 +228,7 @@ def load_checkpoint(
     return state
 
 
-def check_same_precision(path: Path, saved: Any, optimizer: Any, model: Any) -> None:
+def check_same_precision(saved: Any, optimizer: Any, model: Any) -> None:
     """Half-precision weights train through float32 masters (master_weights.py), which a float32
     run has no place for, and the other way round: a run started on a CPU (--dtype auto: float32)
     and resumed where a GPU makes auto bf16 would otherwise fail deep inside torch."""
@@ -213,7 +246,7 @@ def check_same_precision(path: Path, saved: Any, optimizer: Any, model: Any) -> 
         fix = "resume with the run's --dtype, on a device that has it"
     else:
         why, fix = "its weights were trained in fp32", "resume with --dtype fp32"
-    raise UserError(f"cannot resume from {path}: {why} and this run holds them in {ours_name}; {fix}")
+    raise CheckpointMismatch(f"{why} and this run holds them in {ours_name}; {fix}")
 
 
 def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, Any] | None = None) -> None:
