@@ -458,6 +458,17 @@ def test_an_existing_run_is_not_overwritten(tmp_path):
     assert (tmp_path / "run/metrics.jsonl").read_bytes() == before
     with pytest.raises(UserError, match="no checkpoint"):
         train(small(tmp_path, output_dir=str(tmp_path / "empty"), resume=True))
+    # A resume with nothing left to train says so, before writing anything (config.json too).
+    files = {f: f.read_bytes() for f in (tmp_path / "run").rglob("*") if f.is_file()}
+    for steps, says in ((2, "has done 2 steps and finished"), (1, "has done 2 steps, more than --steps 1")):
+        with pytest.raises(UserError, match=f"{says}; give --steps above 2 to train it further"):
+            train(small(tmp_path, steps=steps, resume=True))
+        sft_run = SFTConfig(tiny_size="nano", steps=2, batch_size=2, output_dir=str(tmp_path / "sft"))
+        if steps == 2:
+            sft(sft_run)
+        with pytest.raises(UserError, match=f"{says}; give --steps above 2"):
+            sft(dataclasses.replace(sft_run, steps=steps, resume=True))
+    assert {f: f.read_bytes() for f in files} == files
 
 
 def test_a_run_that_failed_before_its_first_step_can_be_started_again(tmp_path):

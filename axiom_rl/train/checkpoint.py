@@ -84,6 +84,14 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
                     else ""
                 )
             )
+        done = int(_STEP.match(ckpt.name)[1])
+        finished = done == cfg.steps and (run_dir / "final_model").exists()
+        if done > cfg.steps or finished:  # nothing to train: say so rather than rewrite the run
+            raise UserError(
+                f"--resume: the run in {run_dir} has done {done} steps"
+                + (" and finished" if finished else f", more than --steps {cfg.steps}")
+                + f"; give --steps above {done} to train it further"
+            )
         return ckpt
     if run_has_begun(run_dir):
         raise UserError(
