@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from axiom_rl.errors import UserError
-from axiom_rl.models.load import PROXY_VARIABLES, load_model_and_tokenizer
+from axiom_rl.models.load import PROXY_VARIABLES, load_model_and_tokenizer, read_model_card
 from axiom_rl.models.tiny import TINY_SIZES, build_char_tokenizer, build_tiny_model
 
 TEXTS = ["10 19 -> 10\n<answer>", "def f(x):\n\treturn  x  # two spaces", "héllo – ünïcode ✓", "", "   \n\n"]
@@ -77,6 +77,35 @@ def test_a_tokenizer_whose_eos_the_model_lacks_is_a_user_error(tmp_path):
     _saved_without(tmp_path, "eos_token")
     with pytest.raises(UserError, match="no end-of-sequence token that the model knows"):
         load_model_and_tokenizer(str(tmp_path), torch.float32)
+
+
+def test_a_model_directory_without_tokenizer_files_is_a_user_error(tmp_path):
+    """transformers builds an empty tokenizer where a directory has none: every prompt became
+    no tokens and generation failed with an IndexError deep in the decode loop."""
+    net, _ = build_tiny_model("nano")
+    net.save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="its tokenizer encodes text to no tokens"):
+        load_model_and_tokenizer(str(tmp_path), torch.float32)
+
+
+def test_a_checkpoints_model_directory_loads_as_a_model(tmp_path):
+    """A checkpoint's model/ holds the tokenizer and the model card too: eval and --model take
+    it as they take final_model (with the same prompt format)."""
+    from axiom_rl.config import TrainConfig
+    from axiom_rl.train.grpo import train
+
+    cfg = TrainConfig(model="tiny", tiny_size="nano", steps=2, prompts_per_step=1, num_generations=2,
+                      max_completion_length=8, output_dir=str(tmp_path / "run"), save_every=1)  # fmt: skip
+    train(cfg, say=lambda m: None)
+    net, tok = load_model_and_tokenizer(str(tmp_path / "run/checkpoints/step-1/model"), torch.float32)
+    final, final_tok = load_model_and_tokenizer(str(tmp_path / "run/final_model"), torch.float32)
+    text = "Use 3, 5 and 7 to make 22."
+    assert tok(text).input_ids == final_tok(text).input_ids and tok.eos_token_id == final_tok.eos_token_id
+    assert {k: v.shape for k, v in net.state_dict().items()} == {
+        k: v.shape for k, v in final.state_dict().items()
+    }
+    card = read_model_card(str(tmp_path / "run/checkpoints/step-1/model"))
+    assert card == read_model_card(str(tmp_path / "run/final_model")) and card["tasks"] == ["countdown"]
 
 
 @pytest.mark.parametrize(

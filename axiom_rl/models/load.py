@@ -221,6 +221,12 @@ def _load_checked(model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed:
             raise UserError(f"cannot load model {model!r}: {str(e).splitlines()[0][:200]}") from None
         if path.exists():  # what a LoRA adapter trained on it records as its base: loadable from anywhere
             net.name_or_path = net.config._name_or_path = str(path.resolve())
+    if not tok("1 + 2 = 3", add_special_tokens=False).input_ids:
+        # transformers builds an empty tokenizer for a directory without tokenizer files
+        raise UserError(
+            f"cannot use model {model!r}: its tokenizer encodes text to no tokens (no tokenizer "
+            "files beside the weights? copy the tokenizer of the model it was trained from there)"
+        )
     rows = net.get_input_embeddings().num_embeddings
     if tok.eos_token_id is None or not 0 <= tok.eos_token_id < rows:
         raise UserError(

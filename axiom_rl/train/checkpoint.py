@@ -1,7 +1,7 @@
 """Checkpoints: everything needed to continue a run as if it had never stopped.
 
     checkpoints/step-N/
-        model/              save_pretrained: the LoRA adapter, or the full weights
+        model/              the LoRA adapter or the full weights, the tokenizer, axiom_rl.json
         optimizer.pt  scheduler.pt  rng.pt
         trainer_state.json  step, problem stream, Kalman baseline, counters
 
@@ -137,11 +137,14 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     keep: int = 2,
     rng_states: list[dict[str, Any]] | None = None,
+    tokenizer: Any = None,
+    card: dict[str, Any] | None = None,
 ) -> Path:
-    """`rng_states`: one per rank (default: this process's)."""
+    """`rng_states`: one per rank (default: this process's). With `tokenizer` (and the model
+    `card`), `model/` is a model directory as final_model is: eval and --model take it."""
     final = Path(run_dir) / CHECKPOINT_DIR / f"step-{step}"  # atomic_directory makes its parents
     with atomic_directory(final) as tmp:
-        save_weights(model, tmp / "model")
+        write_model_dir(tmp / "model", model, tokenizer, card)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"ranks": rng_states or [rng_state()]}, tmp / "rng.pt")
@@ -265,6 +268,16 @@ def save_final_model(policy: Policy, path: Path, merge: bool, card: dict[str, An
         # built-in tiny one) has no name to give, so its adapter is saved merged.
         if policy.lora and (merge or not model.active_peft_config.base_model_name_or_path):
             model = model.merge_and_unload()
-        save_weights(model, tmp)
-        policy.tokenizer.save_pretrained(tmp)
-        (tmp / MODEL_CARD).write_text(json.dumps(card or {}, indent=1) + "\n")
+        write_model_dir(tmp, model, policy.tokenizer, card or {})
+
+
+def write_model_dir(
+    path: Path, model: Any, tokenizer: Any = None, card: dict[str, Any] | None = None
+) -> None:
+    """The weights (or adapter), the tokenizer and the model card (how it was prompted), as
+    load_model_and_tokenizer and read_model_card read them back."""
+    save_weights(model, path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    if card is not None:
+        (path / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")

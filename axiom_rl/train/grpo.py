@@ -397,6 +397,13 @@ def _train(
     if short and ckpt is None:
         log.warning(short, say)  # rank 0 alone: the others' log is a _NullLog
 
+    card = {  # the model card of every saved model: how it was prompted, what it learnt
+        "prompt_style": plan.prompt_style,
+        "chat_template": cfg.chat_template,
+        "tasks": plan.tasks,
+        "difficulties": plan.difficulties,
+    }
+
     def checkpoint() -> None:
         streams = parallel.gather(stream.state_dict())
         kalmans = parallel.gather(kalman.state_dict() if kalman else None)
@@ -410,7 +417,16 @@ def _train(
                 "kalman": kalmans if kalman else None,
             }
             save_checkpoint(
-                run_dir, step, policy.model, optimizer, scheduler, trainer_state, cfg.keep_checkpoints, rngs
+                run_dir,
+                step,
+                policy.model,
+                optimizer,
+                scheduler,
+                trainer_state,
+                cfg.keep_checkpoints,
+                rngs,
+                policy.tokenizer,
+                card,
             )
             log.info(f"checkpoint at step {step}")
         parallel.barrier()
@@ -550,12 +566,6 @@ def _train(
         if result.stopped_early:
             log.info(f"stopped by request (Ctrl-C) at step {step}; axiom-rl train --resume continues it")
         if not result.stopped_early and parallel.is_main:
-            card = {
-                "prompt_style": plan.prompt_style,
-                "chat_template": cfg.chat_template,
-                "tasks": plan.tasks,
-                "difficulties": plan.difficulties,
-            }
             save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
             log.info(f"finished: final model in {run_dir / 'final_model'}")
     parallel.close()

@@ -213,9 +213,30 @@ def _sft(
     if short and ckpt is None:
         log.warning(short, say)
 
+    tasks, difficulties = trained_on(cfg, problems if samples is None else [p for p, _ in samples])
+
+    def card() -> dict[str, Any]:  # of every saved model: how it was prompted, what it learnt
+        return {
+            "prompt_style": style,
+            "chat_template": cfg.chat_template,
+            "tasks": tasks,
+            "difficulties": difficulties,
+            "sft_steps": step,
+        }
+
     def checkpoint() -> None:
         state = {"step": step, "loss_scale": scale.state_dict() if scale.enabled else None}
-        save_checkpoint(run_dir, step, policy.model, optimizer, scheduler, state, cfg.keep_checkpoints)
+        save_checkpoint(
+            run_dir,
+            step,
+            policy.model,
+            optimizer,
+            scheduler,
+            state,
+            cfg.keep_checkpoints,
+            tokenizer=tok,
+            card=card(),
+        )
         log.info(f"checkpoint at step {step}")
 
     start = time.perf_counter()
@@ -260,15 +281,7 @@ def _sft(
         if stop.requested and step < cfg.steps:
             log.info(f"stopped by request (Ctrl-C) at step {step}; axiom-rl sft --resume continues it")
             raise SFTStopped(step, run_dir)
-        tasks, difficulties = trained_on(cfg, problems if samples is None else [p for p, _ in samples])
-        card = {
-            "prompt_style": style,
-            "chat_template": cfg.chat_template,
-            "tasks": tasks,
-            "difficulties": difficulties,
-            "sft_steps": step,
-        }
-        save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
+        save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card())
     except BaseException as error:
         if not isinstance(error, SFTStopped):
             log.failed(step - 1, error)  # (step counts the one under way)
