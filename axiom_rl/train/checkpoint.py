@@ -131,20 +131,19 @@ def save_weights(model: Any, path: Path) -> None:
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
-    model: Any,
+    policy: Policy,
     optimizer: Any,
     scheduler: Any,
     trainer_state: dict[str, Any],
     keep: int = 2,
     rng_states: list[dict[str, Any]] | None = None,
-    tokenizer: Any = None,
     card: dict[str, Any] | None = None,
 ) -> Path:
-    """`rng_states`: one per rank (default: this process's). With `tokenizer` (and the model
-    `card`), `model/` is a model directory as final_model is: eval and --model take it."""
+    """`rng_states`: one per rank (default: this process's). `model/` is a model directory as
+    final_model is (weights or adapter, tokenizer, the model `card`): eval and --model take it."""
     final = Path(run_dir) / CHECKPOINT_DIR / f"step-{step}"  # atomic_directory makes its parents
     with atomic_directory(final) as tmp:
-        write_model_dir(tmp / "model", model, tokenizer, card)
+        write_model_dir(tmp / "model", policy.model, policy.tokenizer, card)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"ranks": rng_states or [rng_state()]}, tmp / "rng.pt")

@@ -417,16 +417,7 @@ def _train(
                 "kalman": kalmans if kalman else None,
             }
             save_checkpoint(
-                run_dir,
-                step,
-                policy.model,
-                optimizer,
-                scheduler,
-                trainer_state,
-                cfg.keep_checkpoints,
-                rngs,
-                policy.tokenizer,
-                card,
+                run_dir, step, policy, optimizer, scheduler, trainer_state, cfg.keep_checkpoints, rngs, card
             )
             log.info(f"checkpoint at step {step}")
         parallel.barrier()

@@ -226,17 +226,7 @@ def _sft(
 
     def checkpoint() -> None:
         state = {"step": step, "loss_scale": scale.state_dict() if scale.enabled else None}
-        save_checkpoint(
-            run_dir,
-            step,
-            policy.model,
-            optimizer,
-            scheduler,
-            state,
-            cfg.keep_checkpoints,
-            tokenizer=tok,
-            card=card(),
-        )
+        save_checkpoint(run_dir, step, policy, optimizer, scheduler, state, cfg.keep_checkpoints, card=card())
         log.info(f"checkpoint at step {step}")
 
     start = time.perf_counter()
