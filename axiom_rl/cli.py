@@ -141,7 +141,7 @@ def problems_list() -> None:
 @problems.command("show")
 @click.argument("task")
 @click.option("--difficulty", "-d", type=int, default=1, show_default=True)
-@click.option("--seed", "-s", type=int, default=0, show_default=True)
+@click.option("--seed", "-s", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--index", type=int, default=0, show_default=True, help="Which problem of the sequence.")
 @click.option("--split", type=click.Choice(["train", "eval"]), default="train", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the problem as one JSON line.")
@@ -183,7 +183,7 @@ def problems_show(task: str, difficulty: int, seed: int, index: int, split: str,
 @click.option(
     "--count", "-n", type=int, default=10, show_default=True, help="Problems per task and difficulty."
 )
-@click.option("--seed", "-s", type=int, default=0, show_default=True)
+@click.option("--seed", "-s", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--split", type=click.Choice(["train", "eval"]), default="train", show_default=True)
 @click.option("--num-tests", type=int, help="Hidden tests per code problem (default: the task's, usually 8).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Output .jsonl file.")
@@ -478,7 +478,11 @@ def phase_bar(name: str) -> Any:
 
 @cli.command()
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the model, data and evaluation problems."
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the model, data and evaluation problems.",
 )
 @click.option("--control", is_flag=True, help="Also spend GRPO's wall time on more SFT instead, and compare.")
 @click.option(

@@ -53,6 +53,8 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
     [
         (["problems", "show", "nope"], "unknown task 'nope'; choose from: "),
         (["problems", "show", "lcs", "--difficulty", "11"], "out of range"),
+        (["problems", "show", "lcs", "--seed", "-1"], "-1 is not in the range x>=0"),  # it names problems
+        (["eval", "--model", "tiny", "--seed", "-1"], "seed must be >= 0, got -1"),
         (["problems", "export", "--task", "lcs", "--count", "0", "--out", "x.jsonl"], "--count must be >= 1"),
         (["problems", "export", "--task", "lcs", "--difficulty-range", "5-2", "--out", "x.jsonl"], "empty"),
         (

@@ -746,6 +746,8 @@ def test_bad_input_is_one_line_before_anything_loads(tmp_path, args, message):
         ("train", ["--verify-timeout", "0"], "verify_timeout must be > 0"),
         ("train", ["--verify-workers", "0"], "verify_workers must be >= 1, got 0"),
         ("train", ["--max-seconds", "-5"], "max_seconds must be >= 0"),
+        ("train", ["--seed", "-1"], "seed must be >= 0"),  # it names generated problems
+        ("sft", ["--seed", "-1"], "seed must be >= 0"),
         ("train", ["--min-completion-length", "64", "--max-completion-length", "32"], "exceeds max_completion_length"),
         ("sft", ["--dtype", "bf17"], "unknown dtype 'bf17'"),
         ("sft", ["--lr", "inf"], "lr must be > 0, got inf"),

@@ -51,6 +51,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
         ("samples", cfg.samples, 1),
         ("batch_size", cfg.batch_size, 1),
         ("max_completion_length", cfg.max_completion_length, 1),
+        ("seed", cfg.seed, 0),
     )
     if cfg.workers is not None:
         at_least(("workers", cfg.workers, 1))

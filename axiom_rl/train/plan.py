@@ -161,6 +161,7 @@ def check_training_options(cfg: Any) -> None:
         ("lora_r", cfg.lora_r, 1),
         ("lora_dropout", cfg.lora_dropout, 0.0),
         ("save_every", cfg.save_every, 0),
+        ("seed", cfg.seed, 0),  # it names generated problems (countdown-d1-s0-0000)
         ("keep_checkpoints", cfg.keep_checkpoints, 0),
     )
     if cfg.lora_dropout >= 1:
