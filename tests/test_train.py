@@ -605,6 +605,25 @@ def test_gradient_checkpointing_runs_every_rows_prompt():
     assert torch.equal(shared, plain)
 
 
+def test_a_model_that_drops_out_runs_every_rows_prompt():
+    """In training mode with dropout (LoRA's, or attention dropout), G copies of a prompt draw G
+    masks and one shared prompt pass would draw one: the plain pass runs. Without dropout, or in
+    eval mode, the prompt is shared."""
+    for finetune, options in (("lora", {"lora_dropout": 0.1}), ("full", {})):
+        policy = load_policy(
+            "tiny", tiny_size="nano", finetune=finetune, seed=0, need_reference=False, **options
+        )
+        if finetune == "full":
+            policy.model.config.attention_dropout = 0.1
+        batch = grouped_batch(policy, [4, 6], 2, [5, 5, 3, 5])
+        policy.model.train()
+        assert _shared_prompt_logits(policy.model, batch) is None, finetune
+        policy.model.eval()
+        assert _shared_prompt_logits(policy.model, batch) is not None, finetune
+    policy = load_policy("tiny", tiny_size="nano", finetune="lora", seed=0, need_reference=False)
+    assert policy.model.train() and _shared_prompt_logits(policy.model, batch) is not None  # lora_dropout 0
+
+
 def test_parameters_change_and_the_reference_is_the_base_model(tmp_path):
     for finetune in ("full", "lora"):
         policy = load_policy("tiny", tiny_size="nano", finetune=finetune, seed=0)

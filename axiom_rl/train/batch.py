@@ -106,6 +106,17 @@ def prompt_runs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return starts.nonzero().squeeze(-1), starts.long().cumsum(0) - 1
 
 
+def drops_out(model: Any) -> bool:
+    """Does a forward pass of `model` draw dropout masks now (training mode, a dropout module
+    with p > 0 -- LoRA's too -- or attention dropout in the config, which transformers applies
+    as a function)?"""
+    if not model.training:
+        return False
+    if (getattr(getattr(model, "config", None), "attention_dropout", 0.0) or 0.0) > 0:
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
 def _shared_prompt_logits(model: Any, batch: TokenBatch) -> torch.Tensor | None:
     """Logits [N, T, V] predicting the completion tokens, each distinct prompt run once.
 
@@ -115,8 +126,9 @@ def _shared_prompt_logits(model: Any, batch: TokenBatch) -> torch.Tensor | None:
     the run's rows, as they would through G separate copies. With G completions of length T
     per prompt of length P, the passes handle P + G*T tokens a group instead of G*(P + T).
 
-    None where there is nothing to share (every row its own prompt) or the model keeps no
-    cache in this mode (gradient checkpointing): the caller runs the plain pass.
+    None where there is nothing to share (every row its own prompt), the model keeps no cache
+    in this mode (gradient checkpointing) or drops out in this mode (one prompt pass would draw
+    one dropout mask for the G rows that G copies give G masks): the caller runs the plain pass.
     """
     firsts, run_of_row = prompt_runs(batch)
     n, t = batch.input_ids.shape[0], batch.completion_length
@@ -125,7 +137,12 @@ def _shared_prompt_logits(model: Any, batch: TokenBatch) -> torch.Tensor | None:
     # gradient all-reduce per call); the prompt pass calls the wrapped module directly. Its
     # parameters' gradients still arrive through the completion pass's graph.
     prompt_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    if len(firsts) == n or p == 0 or getattr(prompt_model, "is_gradient_checkpointing", False):
+    if (
+        len(firsts) == n
+        or p == 0
+        or getattr(prompt_model, "is_gradient_checkpointing", False)
+        or drops_out(prompt_model)
+    ):
         return None
     prompt = prompt_model(
         input_ids=batch.input_ids[firsts, :p],
