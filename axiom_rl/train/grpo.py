@@ -65,7 +65,7 @@ from .stop import StopRequest
 # given (1.07-1.19x faster steps at 4 prompts x G = 4). On an H100 the separate prompt pass,
 # the cache indexing and its backward (a scatter-add) cost more than the prompt tokens they save:
 # steps took 1.35x as long (3M model) and 1.05x (0.5B, 8 x 8, 512 tokens; its backward 412 ms
-# against 212), for 3% less memory. None: that choice by device; benchmarks/grpo_step.py sets
+# against 212), for 3-7% less memory. None: that choice by device; benchmarks/grpo_step.py sets
 # False to measure it.
 SHARE_PROMPT_PASSES: bool | None = None
 
@@ -216,10 +216,9 @@ def micro_batches(n: int, parts: int) -> Iterator[slice]:
 def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Tensor:
     """Log-probs [N, T] without gradient, micro-batch by micro-batch."""
     model.eval()
+    share = share_prompt_passes(batch)
     parts = [
-        completion_logprobs(model, batch.rows(s), cfg.temperature, share_prompts=share_prompt_passes(batch))[
-            0
-        ]
+        completion_logprobs(model, batch.rows(s), cfg.temperature, share_prompts=share)[0]
         for s in micro_batches(batch.input_ids.shape[0], cfg.gradient_accumulation_steps)
     ]
     return torch.cat(parts)
