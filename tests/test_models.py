@@ -253,3 +253,39 @@ def test_a_hub_name_loads_from_the_local_cache_when_the_hub_cannot_be_reached(tm
         "huggingface.invalid does not resolve" in missing.stderr
         and "not in the local cache" in missing.stderr
     )
+
+
+def test_a_model_of_another_architecture_trains_and_evaluates(tmp_path):
+    """Not only Qwen2: a Llama model directory (the fast decode loop does not take it, so the
+    rollouts go through transformers' generate) trains with full fine-tuning and with LoRA, and
+    the adapter it saves evaluates, merged onto that directory."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from axiom_rl.config import EvalConfig, TrainConfig
+    from axiom_rl.eval.evaluate import evaluate
+    from axiom_rl.rollout import get_backend
+    from axiom_rl.train.grpo import train
+
+    _, tok = build_tiny_model("nano")
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    model_dir = tmp_path / "llama"
+    LlamaForCausalLM(cfg).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    assert get_backend("auto", LlamaForCausalLM(cfg)).name == "hf"
+    for finetune in ("full", "lora"):
+        run = tmp_path / finetune
+        result = train(
+            TrainConfig(model=str(model_dir), finetune=finetune, tasks=["countdown"], steps=2, prompts_per_step=2,
+                        num_generations=2, max_completion_length=8, output_dir=str(run), save_every=0),
+            say=lambda m: None,
+        )  # fmt: skip
+        assert result.steps == 2 and "rollout backend hf" in (run / "train.log").read_text()
+    assert (tmp_path / "lora/final_model/adapter_config.json").exists()  # an adapter naming the directory
+    _, summary = evaluate(
+        EvalConfig(model=str(tmp_path / "lora/final_model"), tasks=["countdown"], count=3,
+                   max_completion_length=8, db=str(tmp_path / "r.db")),
+    )  # fmt: skip
+    assert sum(row["attempts"] for row in summary) == 3
