@@ -130,19 +130,16 @@ def _shared_prompt_logits(model: Any, batch: TokenBatch) -> torch.Tensor | None:
     in this mode (gradient checkpointing) or drops out in this mode (one prompt pass would draw
     one dropout mask for the G rows that G copies give G masks): the caller runs the plain pass.
     """
-    firsts, run_of_row = prompt_runs(batch)
     n, t = batch.input_ids.shape[0], batch.completion_length
     p = batch.input_ids.shape[1] - t
     # Under DDP, one forward call per backward goes through the wrapper (it readies the
     # gradient all-reduce per call); the prompt pass calls the wrapped module directly. Its
     # parameters' gradients still arrive through the completion pass's graph.
     prompt_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    if (
-        len(firsts) == n
-        or p == 0
-        or getattr(prompt_model, "is_gradient_checkpointing", False)
-        or drops_out(prompt_model)
-    ):
+    if p == 0 or getattr(prompt_model, "is_gradient_checkpointing", False) or drops_out(prompt_model):
+        return None
+    firsts, run_of_row = prompt_runs(batch)
+    if len(firsts) == n:
         return None
     prompt = prompt_model(
         input_ids=batch.input_ids[firsts, :p],

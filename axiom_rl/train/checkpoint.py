@@ -73,8 +73,8 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
     if not held:
         check_not_held(run_dir)
     if cfg.resume:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
+        found = checkpoints(run_dir)
+        if not found:
             never_began = (run_dir / "config.json").exists() and not run_has_begun(run_dir)
             raise UserError(
                 f"--resume: no checkpoint in {run_dir}/checkpoints"
@@ -84,7 +84,7 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
                     else ""
                 )
             )
-        done = int(_STEP.match(ckpt.name)[1])
+        done, ckpt = found[-1]
         finished = done == cfg.steps and (run_dir / "final_model").exists()
         if done > cfg.steps or finished:  # nothing to train: say so rather than rewrite the run
             raise UserError(
