@@ -109,6 +109,10 @@ ABLATION_DEVICE = {
 }
 
 
+def ablation_applies(name: str, device: str) -> bool:
+    return ABLATION_DEVICE.get(name, device) == device
+
+
 def switch_off(ablation: str | None) -> dict:
     """Patch the trainer for an ablation; returns its TrainConfig overrides."""
     if ablation is None:
@@ -265,8 +269,8 @@ def step_work(setup: Setup, prompt_len: int) -> dict[str, tuple[float, float]]:
     prefill = 2 * body * setup.prompts * p + attention(setup.prompts * p, p / 2)  # once per prompt
     decode = rows * t * (2 * (body + d * vocab)) + attention(rows * t, p + t / 2)
     kv_read = t * L * rows * 2 * kv * (p + t / 2) * size  # K and V of every position so far, per step
-    # each prompt once (the prefill's work), then every row's completion on top of it
-    fwd = prefill + rows * t * 2 * (body + d * vocab) + attention(rows * t, p + t / 2)
+    # The same tokens as generation: each prompt once, then every row's completion on top of it.
+    fwd = prefill + decode
     return {
         "prefill": (prefill, weights),
         "decode": (decode, t * weights + kv_read),
@@ -577,7 +581,7 @@ def main() -> None:
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    elsewhere = [a for a in args.ablations or [] if ABLATION_DEVICE.get(a, args.device) != args.device]
+    elsewhere = [a for a in args.ablations or [] if not ablation_applies(a, args.device)]
     if elsewhere:
         ap.error(
             f"--ablations {elsewhere[0]} changes nothing on {args.device}; it is for {ABLATION_DEVICE[elsewhere[0]]}"
@@ -598,7 +602,7 @@ def main() -> None:
 
     names = args.config or ["full", "lora", "rollout-heavy"]
     ablations = (
-        [a for a in ABLATIONS if ABLATION_DEVICE.get(a, args.device) == args.device]
+        [a for a in ABLATIONS if ablation_applies(a, args.device)]
         if args.ablations == []
         else args.ablations or []
     )
