@@ -94,6 +94,11 @@ def small(tmp_path: Path, **overrides) -> TrainConfig:
     return TrainConfig(**values)
 
 
+def files_in(run: Path) -> dict[Path, bytes]:
+    """Every file of a run directory and its bytes: what a refused command must leave as it was."""
+    return {f: f.read_bytes() for f in run.rglob("*") if f.is_file()}
+
+
 def strip_timing(rows):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 
@@ -406,12 +411,12 @@ def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path):
     for trained, resumed, fix in (("fp32", "bf16", "--dtype fp32"), ("bf16", "fp32", "the run's --dtype")):
         out = tmp_path / trained
         train(small(tmp_path, dtype=trained, output_dir=str(out)))
-        before = {f: f.read_bytes() for f in out.rglob("*") if f.is_file()}
+        before = files_in(out)
         with pytest.raises(
             UserError, match=f"trained in .*this run holds them in {resumed}; resume with {fix}"
         ):
             train(small(tmp_path, dtype=resumed, steps=3, output_dir=str(out), resume=True))
-        assert {f: f.read_bytes() for f in before} == before  # config.json too: a plain --resume reads it
+        assert files_in(out) == before  # config.json too: a plain --resume reads it
         again = train(small(tmp_path, dtype=trained, steps=3, output_dir=str(out), resume=True))
         assert len(again.metrics) == 1
         assert json.loads((out / "config.json").read_text())["steps"] == 3  # the run's options now
@@ -459,7 +464,7 @@ def test_an_existing_run_is_not_overwritten(tmp_path):
     with pytest.raises(UserError, match="no checkpoint"):
         train(small(tmp_path, output_dir=str(tmp_path / "empty"), resume=True))
     # A resume with nothing left to train says so, before writing anything (config.json too).
-    files = {f: f.read_bytes() for f in (tmp_path / "run").rglob("*") if f.is_file()}
+    files = files_in(tmp_path / "run")
     for steps, says in ((2, "has done 2 steps and finished"), (1, "has done 2 steps, more than --steps 1")):
         with pytest.raises(UserError, match=f"{says}; give --steps above 2 to train it further"):
             train(small(tmp_path, steps=steps, resume=True))
@@ -468,7 +473,7 @@ def test_an_existing_run_is_not_overwritten(tmp_path):
             sft(sft_run)
         with pytest.raises(UserError, match=f"{says}; give --steps above 2"):
             sft(dataclasses.replace(sft_run, steps=steps, resume=True))
-    assert {f: f.read_bytes() for f in files} == files
+    assert files_in(tmp_path / "run") == files
 
 
 def test_a_run_that_failed_before_its_first_step_can_be_started_again(tmp_path):
@@ -857,7 +862,7 @@ def test_a_checkpoint_of_another_model_says_which_option_differs(capsys, tmp_pat
     args = ["train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--prompts-per-step", "1",
             "--num-generations", "2", "--max-completion-length", "8", "--save-every", "1", "--output-dir", str(run)]  # fmt: skip
     assert main([*args, "--steps", "2"]) == 0
-    before = {f: f.read_bytes() for f in run.rglob("*") if f.is_file()}
+    before = files_in(run)
     capsys.readouterr()
     for flags, says in (
         (["--finetune", "lora"], "its model is full weights and this run trains a LoRA adapter; resume with --finetune full"),
@@ -867,7 +872,7 @@ def test_a_checkpoint_of_another_model_says_which_option_differs(capsys, tmp_pat
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert last.startswith(f"axiom-rl: error: cannot resume from {run}/checkpoints/step-2: {says}"), last
         assert "damaged" not in last and "move it aside" not in last
-    assert {f: f.read_bytes() for f in before} == before
+    assert files_in(run) == before
 
 
 def test_seed_flag_names_and_yaml_with_overrides(tmp_path):
