@@ -23,6 +23,7 @@ import torch
 from ..errors import UserError
 from ..io import atomic_directory, check_not_held
 from ..models.load import DTYPES, MODEL_CARD, Policy
+from .optim import resume_schedule
 
 CHECKPOINT_DIR = "checkpoints"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -200,9 +201,18 @@ def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
 
 
 def load_checkpoint(
-    path: Path, model: Any, optimizer: Any, scheduler: Any, lora: bool, rank: int = 0, world: int = 1
+    path: Path,
+    cfg: Any,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    lora: bool,
+    rank: int = 0,
+    world: int = 1,
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and this rank's RNG; return the trainer state.
+    """Restore model, optimizer, scheduler and this rank's RNG, then set the learning rate and
+    weight decay of `cfg` (train's or sft's: options given with --resume; optim.resume_schedule);
+    return the trainer state.
 
     A checkpoint that cannot be read (damaged, edited, from another model or process count) is a
     UserError naming it and what to do, not a traceback from deep inside torch."""
@@ -235,6 +245,7 @@ def load_checkpoint(
         raise UserError(
             f"cannot resume from {path}: its {part} is damaged or unreadable ({why}){hint}"
         ) from e
+    resume_schedule(cfg, optimizer, scheduler)  # outside the try: this run's options, not the file's
     return state
 
 

@@ -54,7 +54,7 @@ from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoi
 from .distributed import Parallel
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
-from .optim import make_optimizer, make_scheduler, resume_schedule
+from .optim import make_optimizer, make_scheduler
 from .plan import Plan, plan_run, warmup_warning
 from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
@@ -374,9 +374,15 @@ def _train(
     step, bad_steps = 0, 0
     if ckpt is not None:
         state = load_checkpoint(
-            ckpt, policy.model, optimizer, scheduler, policy.lora, rank=parallel.rank, world=parallel.world
+            ckpt,
+            cfg,
+            policy.model,
+            optimizer,
+            scheduler,
+            policy.lora,
+            rank=parallel.rank,
+            world=parallel.world,
         )
-        resume_schedule(cfg, optimizer, scheduler)  # --lr given with --resume, say
         step, bad_steps = state["step"], state.get("bad_steps", 0)
         scale.load_state_dict(state.get("loss_scale"))
         stream.load_state_dict(state["streams"][parallel.rank])

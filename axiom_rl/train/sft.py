@@ -31,7 +31,7 @@ from .batch import build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint, save_final_model
 from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
-from .optim import make_optimizer, make_scheduler, resume_schedule
+from .optim import make_optimizer, make_scheduler
 from .plan import (
     GENERATED_PROBLEM_OPTIONS,
     check_training_options,
@@ -194,8 +194,7 @@ def _sft(
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step = 0
     if ckpt is not None:
-        state = load_checkpoint(ckpt, policy.model, optimizer, scheduler, policy.lora)
-        resume_schedule(cfg, optimizer, scheduler)  # --lr given with --resume, say
+        state = load_checkpoint(ckpt, cfg, policy.model, optimizer, scheduler, policy.lora)
         step = state["step"]
         scale.load_state_dict(state.get("loss_scale"))
         examples.skip(step * cfg.batch_size)  # the examples the steps so far took
