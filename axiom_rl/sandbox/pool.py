@@ -202,10 +202,14 @@ class _Slot:
         self.stderr.close()
 
 
+def _slots(workers: int | None) -> int:
+    return max(1, workers or os.cpu_count() or 1)  # default: one per core
+
+
 def pool_size(workers: int | None, jobs: int) -> int:
     """Slots for a pool that will run at most `jobs` at once: `workers` (default: one per core),
     never more than that, since each slot is a monitor process to start and hold."""
-    return max(1, min(workers or os.cpu_count() or 1, jobs))
+    return max(1, min(_slots(workers), jobs))
 
 
 class Sandbox:
@@ -214,7 +218,7 @@ class Sandbox:
     def __init__(
         self, workers: int | None = None, limits: Limits = DEFAULT_LIMITS, namespaces: bool = True
     ) -> None:
-        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.workers = _slots(workers)
         self.limits = limits
         self._namespaces = namespaces
         self._free: queue.Queue[_Slot] = queue.Queue()
