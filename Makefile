@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test test-fast lint format bench clean
+.PHONY: quickstart test test-fast test-pythons lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: $(VENV)/.installed-dev
 
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The torch-free parts (sandbox, verifier, tasks, rewards) on Python 3.10, 3.12 and 3.13.
+test-pythons:
+	.ci/other-pythons
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
