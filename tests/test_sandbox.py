@@ -3,9 +3,12 @@ non-passing verdict within its limits, and leaves no process and no file behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for_no_leftovers
 
-from axiom_rl.sandbox import Limits, Sandbox
+from axiom_rl.sandbox import Limits, Sandbox, decode_value, syscall_filter
 from axiom_rl.types import (
     MEMORY_LIMIT,
     PASSED,
@@ -422,6 +425,145 @@ def test_assert_style_partial_credit_and_pass(sandbox):
     assert loop.status == TIMEOUT
 
 
+# ------------------------------------------------------------------ the seccomp filter
+
+UAPI_HEADERS = {  # column of syscall_filter.DENIED: the header that numbers that architecture
+    0: Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+    1: Path("/usr/include/asm-generic/unistd.h"),
+}
+
+
+@pytest.mark.parametrize("column", sorted(UAPI_HEADERS))
+def test_syscall_filter_numbers_are_the_kernels(column):
+    header = UAPI_HEADERS[column]
+    if not header.exists():
+        pytest.skip(f"{header} is not installed (Debian: linux-libc-dev)")
+    numbers = {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^#define __NR(?:3264)?_(\w+)\s+(\d+)\s*$", header.read_text(), re.MULTILINE)
+    }
+    table = {**syscall_filter.DENIED, **syscall_filter.CHECKED_ARGS}
+    for name, columns in table.items():
+        assert columns[column] == numbers.get(name), name  # None where the architecture lacks it
+
+
+def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+    """What the kernel's seccomp would answer: classic BPF over struct seccomp_data (the opcodes
+    the filter uses; anything else fails the test)."""
+    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack_from("=HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:  # ld [k]
+            acc, pc = struct.unpack_from("=I", data, k)[0], pc + 1
+        elif code == 0x06:  # ret k
+            return k
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            taken = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += 1 + (jt if taken else jf)
+        else:
+            raise AssertionError(f"opcode {code:#x} at {pc}")
+
+
+ALLOW, EPERM_RET, ENOSYS_RET = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+
+
+@pytest.mark.parametrize("machine,column,arch", [("x86_64", 0, 0xC000003E), ("aarch64", 1, 0xC00000B7)])
+def test_syscall_filter_answers_every_system_call_number_as_the_table_says(machine, column, arch):
+    program = syscall_filter.program(machine)
+    refused = {n[column] for n in syscall_filter.DENIED.values() if n[column] is not None}
+    clone, socket_nr, clone3 = (syscall_filter.CHECKED_ARGS[n][column] for n in ("clone", "socket", "clone3"))
+    for nr in set(range(1024)) - {clone, socket_nr}:  # those two depend on an argument: below
+        want = EPERM_RET if nr in refused else ENOSYS_RET if nr == clone3 else ALLOW
+        assert run_bpf(program, nr, arch) == want, nr
+    thread_flags = 0x3D0F00  # what glibc's pthread_create passes to clone
+    assert run_bpf(program, clone, arch, thread_flags) == ALLOW
+    for new_namespace in (0x10000000, 0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000):
+        assert run_bpf(program, clone, arch, thread_flags | new_namespace) == EPERM_RET
+    assert run_bpf(program, socket_nr, arch, socket.AF_UNIX) == ALLOW
+    for family in (socket.AF_INET, socket.AF_INET6, 16, 17):  # and netlink, packet
+        assert run_bpf(program, socket_nr, arch, family) == EPERM_RET
+    assert run_bpf(program, 0, 0x40000003) == EPERM_RET  # i386 (int 0x80 on x86-64), or any other ABI
+    if machine == "x86_64":
+        assert run_bpf(program, 0x40000000 | 1, arch) == EPERM_RET  # x32's write
+
+
+FILTERED_PROBE = textwrap.dedent(
+    """
+    import ctypes, json, os, socket, subprocess, sys, threading
+    from axiom_rl.sandbox import syscall_filter
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, as the sandbox sets it before installing
+    syscall_filter.for_this_machine().install()
+
+    def errno_of(ret):
+        return ctypes.get_errno() if ret == -1 else ret
+
+    out = {
+        "unshare_user": errno_of(libc.unshare(0x10000000)),
+        "unshare_mount": errno_of(libc.unshare(0x00020000)),
+        "mount": errno_of(libc.mount(b"none", b"/mnt", b"tmpfs", 0, None)),
+        "ptrace": errno_of(libc.ptrace(0, 0, None, None)),  # PTRACE_TRACEME
+        "chroot": errno_of(libc.chroot(b"/")),
+    }
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        out["inet_socket"] = 0
+    except OSError as e:
+        out["inet_socket"] = e.errno
+    # What programs do need still works: Unix sockets, threads, fork, running a program.
+    a, b = socket.socketpair()
+    a.sendall(b"x")
+    out["socketpair"] = b.recv(1).decode()
+    box = []
+    t = threading.Thread(target=box.append, args=(1,))
+    t.start()
+    t.join()
+    out["thread"] = box
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    out["program"] = subprocess.run(["/bin/sh", "-c", "echo hi"], capture_output=True, text=True).stdout
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.skipif(syscall_filter.program() is None, reason="no seccomp filter for this architecture")
+def test_syscall_filter_refuses_the_kernels_attack_surface_and_allows_ordinary_programs():
+    proc = subprocess.run([sys.executable, "-c", FILTERED_PROBE], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    eperm = errno.EPERM
+    assert out["unshare_user"] == out["unshare_mount"] == out["mount"] == eperm
+    assert out["ptrace"] == out["chroot"] == out["inet_socket"] == eperm
+    assert out["socketpair"] == "x" and out["thread"] == [1] and out["fork"] == 7
+    assert out["program"] == "hi\n"  # glibc falls back from clone3 (ENOSYS) to clone
+
+
+SUBMISSION_SYSCALLS = """
+import ctypes
+def f(a, b):
+    libc = ctypes.CDLL(None, use_errno=True)
+    status = [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")]
+    return status, libc.unshare(0x10000000), ctypes.get_errno()
+"""
+
+
+def test_submissions_run_under_the_syscall_filter(sandbox):
+    if syscall_filter.program() is None:
+        pytest.skip("no seccomp filter for this architecture")
+    assert "a seccomp filter" in sandbox.isolation
+    r = sandbox.run_calls(SUBMISSION_SYSCALLS, "f", [[1, 2]])
+    assert r.messages[1]["ok"], r.messages
+    status, ret, err = decode_value(r.messages[1]["value"])
+    assert status == ["2"]  # SECCOMP_MODE_FILTER
+    assert (ret, err) == (-1, errno.EPERM)
+
+
 # ------------------------------------------------------------------ without root: user namespaces
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -449,6 +591,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["procs"] = value("import os\\ndef f(a):\\n    return sorted(int(p) for p in os.listdir('/proc') if p.isdigit())")
             out["tmp"] = value("import os\\ndef f(a):\\n    open('/tmp/x', 'w').write('x')\\n    return os.listdir('/tmp')")
             out["bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
+            out["mount"] = value("import ctypes\\ndef f(a):\\n    libc = ctypes.CDLL(None, use_errno=True)\\n    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno()")
         print(json.dumps(out))
         """
     )
@@ -473,6 +616,9 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     assert out["procs"]["value"] == [1]  # only itself, as init of its pid namespace
     assert out["tmp"]["value"] == ["x"]  # a private, empty /tmp
     assert out["bomb"]["ok"] is False
+    # Root of its own user namespace, it could mount over its view of the tree; the filter refuses.
+    assert "a seccomp filter" in out["isolation"]
+    assert out["mount"]["value"] == {"$t": [-1, errno.EPERM]}
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
 

@@ -22,6 +22,13 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   nor exceed its process limit through another slot. Directories others cannot enter (pyenv under /root)
   are covered by an empty tmpfs with the interpreter bound back read-only. no_new_privs is set;
   the process is not dumpable (no ptrace, no /proc/<pid>/mem).
+- System calls (syscall_filter.py, a seccomp filter installed last, inherited by everything the
+  submission starts, on x86-64 and aarch64): new namespaces, mounts, ptrace and other processes'
+  memory, bpf, perf_event_open, userfaultfd, io_uring, key rings, kernel modules, kexec, reboot,
+  swap, the clock, and sockets other than Unix ones fail with EPERM, for native code as for
+  Python. This matters most without root, where a submission is root of its own user namespace
+  and could otherwise mount over its view of the tree or open new namespaces, and where
+  namespaces are refused, since it then closes the network to native code too.
 - Limits: CPU time per test call (a timer) and per submission (RLIMIT_CPU, kernel-enforced);
   wall-clock limits `wall_factor` times those, for code that sleeps or blocks; address space
   (RLIMIT_AS); processes (RLIMIT_NPROC); file size and tmpfs size; output volume (beyond
@@ -40,15 +47,19 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   not report. One stuck submission costs its own limits on one worker, never the pool.
 
 What is not covered:
-- The kernel is shared: a kernel exploit escapes. There is no seccomp filter.
+- The kernel is shared: a kernel exploit escapes. The seccomp filter refuses the subsystems most
+  often exploited, not every system call a program does not need (it is a deny list: the rest of
+  the kernel's interface stays open). Where the kernel refuses filters, or on another
+  architecture, there is none, and `Sandbox.isolation` says so.
 - The file system is readable wherever it is world-readable (outside /root-style directories):
   do not keep secrets, or problem files with expected outputs, in world-readable places on a
   machine where you verify untrusted code. Generated problems live in memory only.
 - CPU and memory bandwidth are shared: a submission can slow others down (never past their
   wall-clock limits, which are generous for that reason).
 - Without namespaces (the kernel refuses them), isolation is weaker, and `Sandbox.isolation`
-  says so: rlimits, a private directory, and Python audit hooks that refuse sockets,
-  subprocesses and ctypes, which native code can get around.
+  says so: rlimits, a private directory, the seccomp filter (no network sockets, even from native
+  code), and Python audit hooks that refuse subprocesses and ctypes, which native code can get
+  around.
 - Test code itself (HumanEval's `check`, MBPP's asserts) is trusted input: the judge runs it
   with memory and file limits but with the monitor's identity and no namespaces of its own
   (so that whatever tests import loads as anywhere), in a fresh namespace dict per job but a

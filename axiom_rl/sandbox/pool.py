@@ -138,10 +138,10 @@ class _UidClaims:
 class _Slot:
     """One monitor process and the socket to it."""
 
-    def __init__(self, index: int, namespaces: bool, uid: int | None = None) -> None:
-        self.index, self.uid = index, uid
+    def __init__(self, index: int, isolation: dict, uid: int | None = None) -> None:
+        self.index, self.uid, self.isolation = index, uid, isolation
         ours, theirs = socket.socketpair()
-        settings = {"uid": uid, "namespaces": namespaces, "fallback_tmp": tempfile.gettempdir()}
+        settings = {**isolation, "uid": uid, "fallback_tmp": tempfile.gettempdir()}
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (read only if the monitor fails to start)
         self.proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],
@@ -216,11 +216,17 @@ class Sandbox:
     """A pool of sandboxed workers. Use as a context manager, or call close()."""
 
     def __init__(
-        self, workers: int | None = None, limits: Limits = DEFAULT_LIMITS, namespaces: bool = True
+        self,
+        workers: int | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        namespaces: bool = True,
+        syscall_filter: bool = True,
     ) -> None:
+        """`namespaces` and `syscall_filter` off weaken isolation (tests and benchmarks compare
+        them); each is also off where the kernel refuses it, which `isolation` then says."""
         self.workers = _slots(workers)
         self.limits = limits
-        self._namespaces = namespaces
+        self._isolation = {"namespaces": namespaces, "syscall_filter": syscall_filter}
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
@@ -239,7 +245,7 @@ class Sandbox:
             if self._closed:
                 raise SandboxError("the sandbox is closed")
             uids = [self._uids.claim() if os.geteuid() == 0 else None for _ in range(self.workers)]
-            slots = [_Slot(i, self._namespaces, uid) for i, uid in enumerate(uids)]  # started in parallel
+            slots = [_Slot(i, self._isolation, uid) for i, uid in enumerate(uids)]  # started in parallel
             try:
                 for slot in slots:
                     slot.wait_ready()
@@ -279,7 +285,7 @@ class Sandbox:
     def _replace(self, slot: _Slot) -> _Slot:
         """Kill a monitor that failed and start a fresh one in its place."""
         slot.kill()
-        fresh = _Slot(slot.index, self._namespaces, slot.uid)
+        fresh = _Slot(slot.index, slot.isolation, slot.uid)
         fresh.wait_ready()
         with self._lock:
             self._slots = [fresh if s is slot else s for s in self._slots]

@@ -38,7 +38,8 @@ import time
 import traceback
 from collections.abc import Callable
 
-import codec  # sibling module: the script's directory is sys.path[0] until we drop it below
+import codec  # sibling modules: the script's directory is sys.path[0] until we drop it below
+import syscall_filter
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(codec.__file__)):
     sys.path.pop(0)  # nothing else of ours is importable by submissions
@@ -202,6 +203,8 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid programs cannot raise privileges
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # set after setuid, which clears it
     prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem from same-uid processes
+    if cfg["syscall_filter"]:
+        cfg["syscall_filter"].install()  # last: the set-up above needs mount and setns
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(
@@ -866,6 +869,24 @@ def _probe_namespaces(root: bool) -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+def _probe_syscall_filter() -> syscall_filter.Filter | None:
+    """The seccomp filter, if this architecture has one and the kernel accepts it (tried once, at
+    start, in a child)."""
+    sieve = syscall_filter.for_this_machine()
+    if sieve is None:
+        return None
+    pid = os.fork()
+    if pid == 0:
+        try:
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            sieve.install()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return sieve if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
+
+
 def _blocked_dirs(paths: list[str]) -> list[str]:
     """Topmost directories above the interpreter's paths that other users cannot enter."""
     tops = set()
@@ -907,6 +928,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         # user namespace the candidate would own it, so there each job gets a fresh one.
         "slot_netns": _slot_netns() if namespaces and root else -1,
         "judge_limits": {"memory_mb": 4096, "cpu_s": 10**6, "disk_mb": 64, "nproc": 64},
+        "syscall_filter": _probe_syscall_filter() if settings.get("syscall_filter", True) else None,
     }
     cfg["mount_template"] = _mount_template(cfg) if namespaces else -1
     cfg["judge"] = Judge(cfg)
@@ -915,10 +937,16 @@ def configure(settings: dict) -> tuple[dict, str]:
         if root
         else ("the caller's uid (user namespace)" if namespaces else "the caller's uid")
     )
-    if namespaces:
-        mode = f"namespaces (pid, net, mount, ipc), private tmpfs, {who}, rlimits"
+    if cfg["syscall_filter"]:
+        filtered = "a seccomp filter"
+    elif not settings.get("syscall_filter", True):
+        filtered = "no seccomp filter (switched off)"
     else:
-        mode = f"WEAKER: no namespaces (the kernel refused); {who}, rlimits, audit hooks against sockets"
+        filtered = f"no seccomp filter ({'the kernel refused it' if syscall_filter.program() else 'none for this CPU'})"
+    if namespaces:
+        mode = f"namespaces (pid, net, mount, ipc), private tmpfs, {who}, rlimits, {filtered}"
+    else:
+        mode = f"WEAKER: no namespaces (the kernel refused); {who}, rlimits, {filtered}, audit hooks against sockets"
     return cfg, mode
 
 

@@ -1,0 +1,216 @@
+"""A seccomp filter for submissions: the kernel refuses them the system calls that a program
+solving a task never needs and that make up most of the kernel's attack surface.
+
+Namespaces and a uid of its own decide what a submission can *reach*; this filter decides what
+it can *ask the kernel to do* at all, and it holds for native code as much as for Python (ctypes,
+an extension module, a program it runs), and for every process it starts: a filter is inherited
+and cannot be removed. Refused calls fail with EPERM; nothing is killed, so a program that merely
+probes gets an ordinary error.
+
+Refused:
+- new namespaces (unshare, setns, clone with a CLONE_NEW* flag): unprivileged user namespaces are
+  the usual first step of a kernel privilege escalation, and a submission that owns one (the
+  non-root mode) could otherwise mount inside it;
+- mounting and changing roots (mount, umount2, pivot_root, chroot, the new mount API);
+- other processes' memory and descriptors (ptrace, process_vm_readv/writev, pidfd_getfd);
+- kernel subsystems with a long record of exploitable bugs that no task needs: bpf,
+  perf_event_open, userfaultfd, io_uring, the key rings (add_key, request_key, keyctl);
+- administration: modules, kexec, reboot, swap, quotas, accounting, the clock, the host name,
+  syslog, raw port I/O, file handles (open_by_handle_at);
+- sockets of any family but Unix: no network even where namespaces are unavailable (a
+  `socketpair`, as multiprocessing uses, still works);
+- on x86-64, the x32 and i386 system-call tables, which would otherwise sidestep the numbers
+  checked here.
+
+clone3 answers ENOSYS instead: its flags sit in memory that a filter cannot read, and glibc falls
+back to clone (whose flags it can) for threads, fork and posix_spawn.
+
+Written as a classic BPF program by hand (about 120 instructions: a binary search over the system
+call numbers) rather than through libseccomp, so the sandbox needs no system library for it. Where the
+architecture is not one listed here, or the kernel refuses filters, no filter is installed and
+the sandbox's description of its isolation says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+# Numbers from the kernel's uapi headers: x86_64 from asm/unistd_64.h, aarch64 from the generic
+# table (asm-generic/unistd.h). tests/test_sandbox.py checks them against the headers.
+DENIED: dict[str, tuple[int | None, int | None]] = {  # name: (x86_64, aarch64)
+    "ptrace": (101, 117),
+    "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+    "pidfd_getfd": (438, 438),
+    "unshare": (272, 97),
+    "setns": (308, 268),
+    "mount": (165, 40),
+    "umount2": (166, 39),
+    "pivot_root": (155, 41),
+    "chroot": (161, 51),
+    "open_tree": (428, 428),
+    "move_mount": (429, 429),
+    "fsopen": (430, 430),
+    "fsconfig": (431, 431),
+    "fsmount": (432, 432),
+    "fspick": (433, 433),
+    "mount_setattr": (442, 442),
+    "bpf": (321, 280),
+    "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "keyctl": (250, 219),
+    "init_module": (175, 105),
+    "finit_module": (313, 273),
+    "delete_module": (176, 106),
+    "kexec_load": (246, 104),
+    "kexec_file_load": (320, 294),
+    "reboot": (169, 142),
+    "swapon": (167, 224),
+    "swapoff": (168, 225),
+    "quotactl": (179, 60),
+    "quotactl_fd": (443, 443),
+    "acct": (163, 89),
+    "settimeofday": (164, 170),
+    "clock_settime": (227, 112),
+    "clock_adjtime": (305, 266),
+    "adjtimex": (159, 171),
+    "sethostname": (170, 161),
+    "setdomainname": (171, 162),
+    "syslog": (103, 116),
+    "vhangup": (153, 58),
+    "lookup_dcookie": (212, 18),
+    "open_by_handle_at": (304, 265),
+    "name_to_handle_at": (303, 264),
+    "fanotify_init": (300, 262),
+    "iopl": (172, None),
+    "ioperm": (173, None),
+}
+CHECKED_ARGS: dict[str, tuple[int, int]] = {"clone": (56, 220), "socket": (41, 198), "clone3": (435, 435)}
+
+_ARCH = {  # platform.machine(): (index in the tables above, AUDIT_ARCH_*)
+    "x86_64": (0, 0xC000003E),
+    "aarch64": (1, 0xC00000B7),
+}
+X32_SYSCALL_BIT = 0x40000000
+CLONE_NEW_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+# NS, CGROUP, UTS, IPC, USER, PID, NET (CLONE_NEWTIME, 0x80, shares its bit with CSIGNAL: not checked)
+AF_UNIX = 1
+
+# Classic BPF, as in linux/filter.h and linux/seccomp.h.
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+_NR, _ARCH_OFFSET, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0's low half, little-endian)
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
+
+def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def _refuse(err: int) -> bytes:
+    return _insn(_RET_K, _RET_ERRNO | err)
+
+
+def _search(keys: list[int], targets: dict[int, int], here: int) -> list[tuple[int, int, int, int]]:
+    """A binary search over the sorted system-call numbers `keys`, as instructions that jump to
+    `targets[nr]` (an absolute index) for each key and to targets[-1] for any other number.
+    `here` is the index of the first instruction. Returned as (code, k, jt, jf) with absolute
+    targets in jt/jf, made relative by program()."""
+    if len(keys) == 1:
+        return [(_JEQ_K, keys[0], targets[keys[0]], targets[-1])]
+    mid = len(keys) // 2
+    left = _search(keys[:mid], targets, here + 1)
+    right_start = here + 1 + len(left)
+    right = _search(keys[mid:], targets, right_start)
+    return [(_JGE_K, keys[mid], right_start, here + 1), *left, *right]
+
+
+def program(machine: str | None = None) -> bytes | None:
+    """The filter for this machine's architecture as raw sock_filter instructions (None where the
+    architecture has no table here).
+
+    The kernel runs it on every system call the submission makes (and, when it is installed, on
+    every system-call number, to cache those always allowed), so the numbers are found by binary
+    search: about seven comparisons, not one per refused call.
+    """
+    arch = _ARCH.get(machine or platform.machine())
+    if arch is None:
+        return None
+    col, audit_arch = arch
+    refused = sorted({numbers[col] for numbers in DENIED.values() if numbers[col] is not None})
+    clone, socket, clone3 = (CHECKED_ARGS[n][col] for n in ("clone", "socket", "clone3"))
+    keys = sorted([*refused, clone, socket, clone3])
+    x32 = col == 0  # x86-64: x32 calls carry a high bit on its own numbers
+    tree = 5 if x32 else 4  # where the search starts
+    tail = tree + 2 * len(keys) - 1  # the shared endings follow it
+    check_clone, check_socket, enosys, allow, eperm = tail, tail + 2, tail + 4, tail + 5, tail + 6
+    # Instructions as (code, k, jt, jf), jump targets absolute (made relative below).
+    head = [
+        (_LD_W_ABS, _ARCH_OFFSET, 0, 0),
+        (_JEQ_K, audit_arch, 3, 2),  # another ABI (i386 through int 0x80, say): refused
+        (_RET_K, _RET_ERRNO | errno.EPERM, 0, 0),
+        (_LD_W_ABS, _NR, 0, 0),
+    ]
+    if x32:
+        head.append((_JGE_K, X32_SYSCALL_BIT, eperm, tree))
+    endings = [  # BPF jumps only forward: the checks of arguments come before the returns
+        (_LD_W_ABS, _ARG0, 0, 0),  # clone: refused when its flags ask for a new namespace
+        (_JSET_K, CLONE_NEW_FLAGS, eperm, allow),
+        (_LD_W_ABS, _ARG0, 0, 0),  # socket: Unix sockets only
+        (_JEQ_K, AF_UNIX, allow, eperm),
+        (_RET_K, _RET_ERRNO | errno.ENOSYS, 0, 0),  # clone3, so that glibc uses clone
+        (_RET_K, _RET_ALLOW, 0, 0),
+        (_RET_K, _RET_ERRNO | errno.EPERM, 0, 0),
+    ]
+    targets = {nr: eperm for nr in refused}
+    targets.update({-1: allow, clone3: enosys, clone: check_clone, socket: check_socket})
+    insns = head + _search(keys, targets, tree) + endings
+    assert len(head) == tree and len(insns) == tail + len(endings)
+    out = []
+    for i, (code, k, jt, jf) in enumerate(insns):
+        if code in (_JEQ_K, _JGE_K, _JSET_K):  # absolute targets -> offsets past this instruction
+            jt, jf = jt - i - 1, jf - i - 1
+            assert 0 <= jt < 256 and 0 <= jf < 256, (i, jt, jf)
+        out.append(_insn(code, k, jt, jf))
+    return b"".join(out)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Filter:
+    """A filter program ready to install: its kernel structure is built once, in the monitor, so a
+    freshly forked candidate makes one prctl call and touches no new memory for it."""
+
+    def __init__(self, filter_program: bytes) -> None:
+        self._buffer = ctypes.create_string_buffer(filter_program, len(filter_program))
+        self._fprog = _SockFprog(len(filter_program) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
+        self._ref = ctypes.byref(self._fprog)
+        self._prctl = _libc.prctl
+
+    def install(self) -> None:
+        """Install it on the calling process (and whatever it starts from now on). Needs
+        no_new_privs set, or CAP_SYS_ADMIN; raises OSError where the kernel refuses."""
+        if self._prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._ref, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"seccomp filter: {os.strerror(err)}")
+
+
+def for_this_machine() -> Filter | None:
+    """The filter for this architecture, or None where there is no table for it."""
+    filter_program = program()
+    return Filter(filter_program) if filter_program is not None else None
