@@ -425,6 +425,20 @@ def test_assert_style_partial_credit_and_pass(sandbox):
     assert loop.status == TIMEOUT
 
 
+def test_without_namespaces_a_submission_imports_what_the_monitor_did_not_preload():
+    """Weak mode started as root: the slot's uid may not be able to enter where the interpreter
+    lives (pyenv or a venv under /root), and with no mount namespace nothing binds it back. Every
+    import beyond the preloaded modules failed, so correct code scored as a runtime error."""
+    with Sandbox(workers=1, limits=LIMITS, namespaces=False) as weak:
+        assert weak.isolation.startswith("WEAKER: no namespaces (switched off)")
+        r = weak.run_calls(
+            "import colorsys\ndef f():\n    return colorsys.rgb_to_hsv(1.0, 0.0, 0.0)\n", "f", [[]]
+        )
+    assert r.messages[0] == {"load": "ok"}, r.messages  # was: No module named 'colorsys'
+    assert decode_value(r.messages[1]["value"]) == (0.0, 1.0, 1.0)
+    assert not wait_for_no_leftovers()
+
+
 # ------------------------------------------------------------------ the seccomp filter
 
 UAPI_HEADERS = {  # column of syscall_filter.DENIED: the header that numbers that architecture

@@ -20,7 +20,8 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   claimed through a lock so that no other slot on the machine, in this pool or another process's,
   runs as it), so a submission can neither write the parent's files, nor signal other processes,
   nor exceed its process limit through another slot. Directories others cannot enter (pyenv under /root)
-  are covered by an empty tmpfs with the interpreter bound back read-only. no_new_privs is set;
+  are covered by an empty tmpfs with the interpreter bound back read-only (without namespaces,
+  the interpreter's directories are reached through descriptors the monitor opened). no_new_privs is set;
   the process is not dumpable (no ptrace, no /proc/<pid>/mem).
 - System calls (syscall_filter.py, a seccomp filter installed last, inherited by everything the
   submission starts, on x86-64 and aarch64): new namespaces, mounts, ptrace and other processes'

@@ -211,7 +211,26 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
         {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
     )
     if not cfg["namespaces"]:
+        _reach_through_handles(cfg["path_handles"])
         _install_audit_guard()
+
+
+def _reach_through_handles(handles: dict[str, int]) -> None:
+    """Weak mode, started as root: the interpreter may live where the slot's uid cannot enter (a
+    pyenv or venv under /root), and with no mount namespace it cannot be bound back. Modules the
+    monitor preloaded work anyway; for any other import, each such sys.path entry is reached
+    through /proc/self/fd/N, a handle the monitor opened: the kernel resolves that link to the
+    directory itself, without checking the directories above it, and the process may follow
+    its own descriptors' links even when it is not dumpable. Read access only, as a bind would
+    give; the files inside keep their own permissions."""
+    if not handles:
+        return
+    for i, entry in enumerate(sys.path):
+        for path, fd in handles.items():
+            if _is_within(entry, path):
+                sys.path[i] = f"/proc/self/fd/{fd}{entry[len(path) :]}"
+                break
+    sys.path_importer_cache.clear()
 
 
 def _is_within(path: str, directory: str) -> bool:
@@ -707,7 +726,9 @@ def run_job(job: dict, cfg: dict) -> dict:
         res_r, channel = os.pipe()
 
     def run_candidate() -> None:
-        _keep_only_fds([channel, out_w, cfg["slot_netns"], cfg["mount_template"]])
+        _keep_only_fds(
+            [channel, out_w, cfg["slot_netns"], cfg["mount_template"], *cfg["path_handles"].values()]
+        )
         _redirect_stdio(out_w)
         isolate(cfg, limits, uid, workdir)
         (candidate_io if mode == "io" else candidate_rpc)(job, channel)
@@ -931,6 +952,17 @@ def configure(settings: dict) -> tuple[dict, str]:
         "syscall_filter": _probe_syscall_filter() if settings.get("syscall_filter", True) else None,
     }
     cfg["mount_template"] = _mount_template(cfg) if namespaces else -1
+    # Without namespaces nothing can be bound back: the candidate reaches what it may not enter
+    # through handles opened here (see _reach_through_handles).
+    cfg["path_handles"] = (
+        {
+            p: os.open(p, os.O_PATH | os.O_DIRECTORY)
+            for p in paths
+            if any(_is_within(p, top) for top in cfg["blocked_dirs"])
+        }
+        if not namespaces
+        else {}
+    )
     cfg["judge"] = Judge(cfg)
     who = (
         "an unprivileged uid per worker"
@@ -946,7 +978,8 @@ def configure(settings: dict) -> tuple[dict, str]:
     if namespaces:
         mode = f"namespaces (pid, net, mount, ipc), private tmpfs, {who}, rlimits, {filtered}"
     else:
-        mode = f"WEAKER: no namespaces (the kernel refused); {who}, rlimits, {filtered}, audit hooks against sockets"
+        why = "the kernel refused" if settings.get("namespaces", True) else "switched off"
+        mode = f"WEAKER: no namespaces ({why}); {who}, rlimits, {filtered}, audit hooks against sockets"
     return cfg, mode
 
 
