@@ -143,7 +143,7 @@ def test_printing_a_gigabyte(sandbox):
     assert v.status == RUNTIME_ERROR and "output" in v.detail
 
 
-def test_writing_outside_the_temporary_directory(sandbox):
+def test_writing_outside_the_temporary_directory(sandbox, world_writable):
     name = marker()
     targets = [
         Path.cwd() / name,
@@ -151,6 +151,7 @@ def test_writing_outside_the_temporary_directory(sandbox):
         Path("/var/tmp") / name,
         Path("/dev/shm") / name,
         Path.home() / name,
+        world_writable / name,  # permissions allow it: the read-only tree does not
     ]
     code = f"""
     def f(a, b):
@@ -169,6 +170,20 @@ def test_writing_outside_the_temporary_directory(sandbox):
     v = run(sandbox, code)
     assert v.status == RUNTIME_ERROR
     assert not any(t.exists() for t in targets)
+
+
+@pytest.fixture
+def world_writable():
+    """A directory anyone may write, outside the scratch directories that each job gets fresh."""
+    path = Path.cwd() / f".{marker()}"
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)  # past the umask
+    try:
+        yield path
+    finally:
+        for child in path.iterdir():
+            child.unlink()
+        path.rmdir()
 
 
 def test_the_private_tmp_is_gone_afterwards(sandbox):
@@ -605,6 +620,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["procs"] = value("import os\\ndef f(a):\\n    return sorted(int(p) for p in os.listdir('/proc') if p.isdigit())")
             out["tmp"] = value("import os\\ndef f(a):\\n    open('/tmp/x', 'w').write('x')\\n    return os.listdir('/tmp')")
             out["bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
+            out["own_dir"] = value("def f(a):\\n    open('%s/x', 'w').write('x')\\n    return 'written'")
             out["mount"] = value("import ctypes\\ndef f(a):\\n    libc = ctypes.CDLL(None, use_errno=True)\\n    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno()")
         print(json.dumps(out))
         """
@@ -612,8 +628,11 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
+    own_dir = Path.cwd() / f".{marker()}"  # the caller's own: its permissions allow the write
+    own_dir.mkdir()
+    os.chown(own_dir, 65534, 65534)
     proc = subprocess.run(
-        [str(SYSTEM_PYTHON), "-c", script % listener.getsockname()[1]],
+        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir)],
         cwd="/tmp",
         env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
         user=65534,
@@ -623,6 +642,10 @@ def test_unprivileged_user_gets_user_namespace_isolation():
         timeout=120,
     )
     listener.close()
+    written = list(own_dir.iterdir())
+    for child in written:
+        child.unlink()
+    own_dir.rmdir()
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "user namespace" in out["isolation"]
@@ -633,8 +656,61 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     # Root of its own user namespace, it could mount over its view of the tree; the filter refuses.
     assert "a seccomp filter" in out["isolation"]
     assert out["mount"]["value"] == {"$t": [-1, errno.EPERM]}
+    # Its own uid may write the caller's files; the read-only tree refuses.
+    assert "Read-only file system" in out["own_dir"]["error"] and written == []
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
+
+
+READ_ONLY_PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import server  # the sandbox's process side, as the monitor loads it
+
+    if os.geteuid() != 0:
+        server._enter_user_ns()
+    server.unshare(server.CLONE_NEWNS)
+    server.mount(None, "/", None, server.MS_REC | server.MS_PRIVATE)
+    server._read_only_mounts_one_by_one()
+    try:
+        open(os.path.join(sys.argv[2], "x"), "w").close()
+        print(json.dumps("written"))
+    except OSError as e:
+        print(json.dumps(e.errno))
+    """
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (and starts a process as nobody)")
+@pytest.mark.parametrize("user", [0, 65534])
+def test_read_only_tree_on_kernels_without_mount_setattr(user):
+    """The fallback for kernels before 5.12: each mount remounted read-only, keeping the flags a
+    user namespace locks (remounting without them fails there)."""
+    python = sys.executable if user == 0 else str(SYSTEM_PYTHON)
+    if user and not SYSTEM_PYTHON.exists():
+        pytest.skip("no system python to run as nobody")
+    sandbox_dir = Path(__file__).resolve().parents[1] / "axiom_rl" / "sandbox"
+    target = Path.cwd() / f".{marker()}"
+    target.mkdir()
+    os.chown(target, user, user)
+    try:
+        proc = subprocess.run(
+            [python, "-c", READ_ONLY_PROBE, str(sandbox_dir), str(target)],
+            cwd="/tmp",
+            user=user,
+            group=user,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        written = list(target.iterdir())
+    finally:
+        for child in target.iterdir():
+            child.unlink()
+        target.rmdir()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == errno.EROFS and written == []
 
 
 GET_UID = "import os\ndef f():\n    return os.getuid()\n"

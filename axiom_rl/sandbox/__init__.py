@@ -13,9 +13,12 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   all dead; in a user namespace a fresh one per submission, since there it could). It sees
   only its own processes, as init of its pid namespace, so killing it at the end kills
   everything it started, daemons that called setsid included. /tmp, /var/tmp, /dev/shm and
-  /run/lock are private tmpfs mounts that vanish with it. Its mount namespace is a copy of a
-  template prepared once per worker slot (private propagation, the covered directories below),
-  so the per-job set-up is only what must be fresh; the template itself is out of its reach.
+  /run/lock are private tmpfs mounts that vanish with it, and the only places it can write:
+  every other mount is read-only to it, so without root (where it runs as the caller's own uid,
+  which may write the caller's files) and as root (world-writable directories) nothing outside
+  them changes. Its mount namespace is a copy of a template prepared once per worker slot
+  (private propagation, read-only, the covered directories below), so the per-job set-up is
+  only what must be fresh; the template itself is out of its reach.
 - Identity: started as root, each worker slot runs submissions as a uid of its own (from 61000,
   claimed through a lock so that no other slot on the machine, in this pool or another process's,
   runs as it), so a submission can neither write the parent's files, nor signal other processes,
