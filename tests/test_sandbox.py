@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for_no_leftovers
 
-from axiom_rl.sandbox import Limits, Sandbox, decode_value, syscall_filter
+from axiom_rl.sandbox import Limits, Sandbox, decode_value, landlock_rules, syscall_filter
 from axiom_rl.types import (
     MEMORY_LIMIT,
     PASSED,
@@ -440,18 +440,98 @@ def test_assert_style_partial_credit_and_pass(sandbox):
     assert loop.status == TIMEOUT
 
 
-def test_without_namespaces_a_submission_imports_what_the_monitor_did_not_preload():
-    """Weak mode started as root: the slot's uid may not be able to enter where the interpreter
-    lives (pyenv or a venv under /root), and with no mount namespace nothing binds it back. Every
-    import beyond the preloaded modules failed, so correct code scored as a runtime error."""
-    with Sandbox(workers=1, limits=LIMITS, namespaces=False) as weak:
-        assert weak.isolation.startswith("WEAKER: no namespaces (switched off)")
-        r = weak.run_calls(
-            "import colorsys\ndef f():\n    return colorsys.rgb_to_hsv(1.0, 0.0, 0.0)\n", "f", [[]]
-        )
-    assert r.messages[0] == {"load": "ok"}, r.messages  # was: No module named 'colorsys'
-    assert decode_value(r.messages[1]["value"]) == (0.0, 1.0, 1.0)
+# ------------------------------------------------------------------ without namespaces (the weaker mode)
+# Where the kernel refuses namespaces (Ubuntu 24.04 restricts unprivileged user namespaces, for
+# one), a submission shares the host's file system and pid space, and without root runs as the
+# caller's own uid. What holds it there is the kernel's: Landlock and the seccomp filter.
+
+
+@pytest.fixture(scope="module")
+def weak():
+    with Sandbox(workers=1, limits=LIMITS, namespaces=False) as pool:
+        assert pool.isolation.startswith("WEAKER: no namespaces (switched off)")
+        yield pool
     assert not wait_for_no_leftovers()
+
+
+def call_once(pool: Sandbox, code: str, *args: object) -> dict:
+    r = pool.run_calls(textwrap.dedent(code), "f", [list(args)])
+    assert r.messages[0] == {"load": "ok"}, r.messages
+    return r.messages[1]
+
+
+def test_without_namespaces_a_submission_imports_what_the_monitor_did_not_preload(weak):
+    """Started as root, the slot's uid may not be able to enter where the interpreter lives
+    (pyenv or a venv under /root), and with no mount namespace nothing binds it back. Every
+    import beyond the preloaded modules failed, so correct code scored as a runtime error."""
+    answer = call_once(weak, "import colorsys\ndef f():\n    return colorsys.rgb_to_hsv(1.0, 0.0, 0.0)\n")
+    assert decode_value(answer["value"]) == (0.0, 1.0, 1.0)
+
+
+def test_without_namespaces_writes_stay_in_the_submissions_directory(weak, world_writable):
+    if landlock_rules.abi_version() == 0:
+        pytest.skip("this kernel has no Landlock (Linux 5.13+, in its list of security modules)")
+    code = """
+    import os
+    def f(outside):
+        open("scratch", "w").write("fine")  # its own directory (the working directory)
+        os.mkdir("sub")
+        try:
+            open(outside, "w").write("owned")
+        except OSError as e:
+            return os.path.exists("scratch"), e.errno
+        return os.path.exists("scratch"), 0
+    """
+    target = world_writable / marker()  # the slot's uid may write here: Landlock does not
+    answer = call_once(weak, code, str(target))
+    assert decode_value(answer["value"]) == (True, errno.EACCES)
+    assert not target.exists()
+
+
+RUN_A_PROGRAM = """
+import os
+from multiprocessing.util import spawnv_passfds  # _posixsubprocess underneath: no audit event
+def f():
+    try:
+        pid = spawnv_passfds(b"/bin/sh", [b"/bin/sh", b"-c", b"exit 3"], ())
+    except OSError as e:
+        return "refused", e.errno
+    return "ran", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+"""
+
+
+def test_without_namespaces_a_submission_runs_no_program(weak):
+    """The audit hooks refuse subprocess and os.exec*, but multiprocessing's spawnv_passfds reaches
+    fork_exec without an audit event: exec itself must fail (seccomp, and Landlock's EXECUTE)."""
+    answer = call_once(weak, RUN_A_PROGRAM)
+    status = decode_value(answer["value"])
+    assert status != ("ran", 3), status  # the child's exec failed: it exits 255, or spawn raises
+
+
+SIGNAL_A_PROCESS = """
+import os, signal
+def f(pid):
+    try:
+        signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGKILL)
+    except OSError as e:
+        return e.errno
+    return 0
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts a process as the slot's uid")
+def test_without_namespaces_a_submission_signals_no_process_of_its_uid(weak):
+    """Without root the slot's uid is the caller's: the trainer, for one, shares it. The audit hooks
+    refuse os.kill; pidfd_send_signal went around them."""
+    victim = subprocess.Popen(["sleep", "60"], user=weak.uids[0], group=weak.uids[0])
+    try:
+        answer = call_once(weak, SIGNAL_A_PROCESS, victim.pid)
+        time.sleep(0.2)
+        assert decode_value(answer["value"]) == errno.EPERM
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
 
 
 # ------------------------------------------------------------------ the seccomp filter
@@ -471,7 +551,7 @@ def test_syscall_filter_numbers_are_the_kernels(column):
         m.group(1): int(m.group(2))
         for m in re.finditer(r"^#define __NR(?:3264)?_(\w+)\s+(\d+)\s*$", header.read_text(), re.MULTILINE)
     }
-    table = {**syscall_filter.DENIED, **syscall_filter.CHECKED_ARGS}
+    table = {**syscall_filter.DENIED, **syscall_filter.DENIED_ON_SHARED_HOST, **syscall_filter.CHECKED_ARGS}
     for name, columns in table.items():
         assert columns[column] == numbers.get(name), name  # None where the architecture lacks it
 
@@ -498,21 +578,36 @@ def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
 ALLOW, EPERM_RET, ENOSYS_RET = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
 
 
+@pytest.mark.parametrize("shared_host", [False, True])
 @pytest.mark.parametrize("machine,column,arch", [("x86_64", 0, 0xC000003E), ("aarch64", 1, 0xC00000B7)])
-def test_syscall_filter_answers_every_system_call_number_as_the_table_says(machine, column, arch):
-    program = syscall_filter.program(machine)
-    refused = {n[column] for n in syscall_filter.DENIED.values() if n[column] is not None}
-    clone, socket_nr, clone3 = (syscall_filter.CHECKED_ARGS[n][column] for n in ("clone", "socket", "clone3"))
-    for nr in set(range(1024)) - {clone, socket_nr}:  # those two depend on an argument: below
+def test_syscall_filter_answers_every_system_call_number_as_the_table_says(
+    machine, column, arch, shared_host
+):
+    compiled = syscall_filter.program(machine, shared_host)
+    pid = 4242
+    program = bytearray(compiled.code)
+    for offset in compiled.own_pid_at:  # as Filter.install fills them in
+        struct.pack_into("=I", program, offset, pid)
+    program = bytes(program)
+    denied = {**syscall_filter.DENIED, **(syscall_filter.DENIED_ON_SHARED_HOST if shared_host else {})}
+    refused = {n[column] for n in denied.values() if n[column] is not None}
+    nr_of = {name: numbers[column] for name, numbers in syscall_filter.CHECKED_ARGS.items()}
+    clone, socket_nr, clone3 = nr_of["clone"], nr_of["socket"], nr_of["clone3"]
+    own_process_only = {nr_of["tgkill"], nr_of["rt_tgsigqueueinfo"]} if shared_host else set()
+    for nr in set(range(1024)) - {clone, socket_nr} - own_process_only:  # those depend on an argument
         want = EPERM_RET if nr in refused else ENOSYS_RET if nr == clone3 else ALLOW
         assert run_bpf(program, nr, arch) == want, nr
     thread_flags = 0x3D0F00  # what glibc's pthread_create passes to clone
     assert run_bpf(program, clone, arch, thread_flags) == ALLOW
     for new_namespace in (0x10000000, 0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000):
         assert run_bpf(program, clone, arch, thread_flags | new_namespace) == EPERM_RET
-    assert run_bpf(program, socket_nr, arch, socket.AF_UNIX) == ALLOW
+    assert run_bpf(program, socket_nr, arch, socket.AF_UNIX) == (EPERM_RET if shared_host else ALLOW)
     for family in (socket.AF_INET, socket.AF_INET6, 16, 17):  # and netlink, packet
         assert run_bpf(program, socket_nr, arch, family) == EPERM_RET
+    for nr in own_process_only:  # raise() and abort() signal the process itself
+        assert run_bpf(program, nr, arch, pid) == ALLOW
+        assert run_bpf(program, nr, arch, pid + 1) == EPERM_RET
+    assert bool(compiled.own_pid_at) == shared_host
     assert run_bpf(program, 0, 0x40000003) == EPERM_RET  # i386 (int 0x80 on x86-64), or any other ABI
     if machine == "x86_64":
         assert run_bpf(program, 0x40000000 | 1, arch) == EPERM_RET  # x32's write
@@ -622,6 +717,9 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
             out["own_dir"] = value("def f(a):\\n    open('%s/x', 'w').write('x')\\n    return 'written'")
             out["mount"] = value("import ctypes\\ndef f(a):\\n    libc = ctypes.CDLL(None, use_errno=True)\\n    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno()")
+        with Sandbox(workers=1, limits=Limits(call_timeout=1, cpu_s=2, wall_factor=2), namespaces=False) as sb:
+            out["weak_isolation"] = sb.isolation  # as where the kernel refuses user namespaces
+            out["weak_own_dir"] = value("def f(a):\\n    open('%s/y', 'w').write('y')\\n    return 'written'")
         print(json.dumps(out))
         """
     )
@@ -632,7 +730,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     own_dir.mkdir()
     os.chown(own_dir, 65534, 65534)
     proc = subprocess.run(
-        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir)],
+        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir, own_dir)],
         cwd="/tmp",
         env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
         user=65534,
@@ -658,6 +756,9 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     assert out["mount"]["value"] == {"$t": [-1, errno.EPERM]}
     # Its own uid may write the caller's files; the read-only tree refuses.
     assert "Read-only file system" in out["own_dir"]["error"] and written == []
+    if landlock_rules.abi_version():  # and without namespaces, Landlock refuses it
+        assert "Landlock" in out["weak_isolation"] and "no Landlock" not in out["weak_isolation"]
+        assert "Permission denied" in out["weak_own_dir"]["error"]
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
 

@@ -42,6 +42,7 @@ import traceback
 from collections.abc import Callable
 
 import codec  # sibling modules: the script's directory is sys.path[0] until we drop it below
+import landlock_rules
 import syscall_filter
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(codec.__file__)):
@@ -218,6 +219,8 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid programs cannot raise privileges
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # set after setuid, which clears it
     prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem from same-uid processes
+    if cfg["landlock"]:  # no namespaces: writes only in its own directory
+        cfg["landlock"].restrict_self(workdir)
     if cfg["syscall_filter"]:
         cfg["syscall_filter"].install()  # last: the set-up above needs mount and setns
     os.chdir(workdir)
@@ -939,10 +942,10 @@ def _probe_namespaces(root: bool) -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
-def _probe_syscall_filter() -> syscall_filter.Filter | None:
+def _probe_syscall_filter(shared_host: bool) -> syscall_filter.Filter | None:
     """The seccomp filter, if this architecture has one and the kernel accepts it (tried once, at
-    start, in a child)."""
-    sieve = syscall_filter.for_this_machine()
+    start, in a child). `shared_host`: for submissions without namespaces (see syscall_filter)."""
+    sieve = syscall_filter.for_this_machine(shared_host)
     if sieve is None:
         return None
     pid = os.fork()
@@ -955,6 +958,24 @@ def _probe_syscall_filter() -> syscall_filter.Filter | None:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     return sieve if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
+
+
+def _probe_landlock() -> landlock_rules.Rules | None:
+    """Landlock rules, if the kernel has Landlock and accepts them (tried once, at start, in a
+    child)."""
+    rules = landlock_rules.for_this_kernel()
+    if rules is None:
+        return None
+    pid = os.fork()
+    if pid == 0:
+        try:
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            rules.restrict_self(tempfile.gettempdir())
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return rules if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
 
 
 def _blocked_dirs(paths: list[str]) -> list[str]:
@@ -998,7 +1019,13 @@ def configure(settings: dict) -> tuple[dict, str]:
         # user namespace the candidate would own it, so there each job gets a fresh one.
         "slot_netns": _slot_netns() if namespaces and root else -1,
         "judge_limits": {"memory_mb": 4096, "cpu_s": 10**6, "disk_mb": 64, "nproc": 64},
-        "syscall_filter": _probe_syscall_filter() if settings.get("syscall_filter", True) else None,
+        "syscall_filter": (
+            _probe_syscall_filter(shared_host=not namespaces)
+            if settings.get("syscall_filter", True)
+            else None
+        ),
+        # Without namespaces nothing makes the tree read-only or hides the host's processes.
+        "landlock": _probe_landlock() if not namespaces else None,
     }
     cfg["mount_template"] = _mount_template(cfg) if namespaces else -1
     # Without namespaces nothing can be bound back: the candidate reaches what it may not enter
@@ -1028,7 +1055,12 @@ def configure(settings: dict) -> tuple[dict, str]:
         mode = f"namespaces (pid, net, mount, ipc), private tmpfs, {who}, rlimits, {filtered}"
     else:
         why = "the kernel refused" if settings.get("namespaces", True) else "switched off"
-        mode = f"WEAKER: no namespaces ({why}); {who}, rlimits, {filtered}, audit hooks against sockets"
+        landlock = (
+            cfg["landlock"].describe()
+            if cfg["landlock"]
+            else "no Landlock (files its uid may write are writable)"
+        )
+        mode = f"WEAKER: no namespaces ({why}); {who}, rlimits, {filtered}, {landlock}, audit hooks"
     return cfg, mode
 
 

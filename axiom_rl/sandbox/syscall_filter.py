@@ -38,6 +38,7 @@ import errno
 import os
 import platform
 import struct
+from dataclasses import dataclass
 
 # Numbers from the kernel's uapi headers: x86_64 from asm/unistd_64.h, aarch64 from the generic
 # table (asm-generic/unistd.h). tests/test_sandbox.py checks them against the headers.
@@ -94,7 +95,25 @@ DENIED: dict[str, tuple[int | None, int | None]] = {  # name: (x86_64, aarch64)
     "iopl": (172, None),
     "ioperm": (173, None),
 }
-CHECKED_ARGS: dict[str, tuple[int, int]] = {"clone": (56, 220), "socket": (41, 198), "clone3": (435, 435)}
+# Refused too where the submission shares the host's pid space and file system (no namespaces):
+# there the uid may be the caller's own, and Python audit hooks, which native code can get
+# around, were all that kept it from running programs or signalling the caller's processes.
+DENIED_ON_SHARED_HOST: dict[str, tuple[int | None, int | None]] = {
+    "execve": (59, 221),
+    "execveat": (322, 281),
+    "kill": (62, 129),
+    "tkill": (200, 130),
+    "rt_sigqueueinfo": (129, 138),
+    "pidfd_open": (434, 434),
+    "pidfd_send_signal": (424, 424),
+}
+CHECKED_ARGS: dict[str, tuple[int, int]] = {
+    "clone": (56, 220),
+    "socket": (41, 198),
+    "clone3": (435, 435),
+    "tgkill": (234, 131),  # shared host: its own process only (raise() and abort() use it)
+    "rt_tgsigqueueinfo": (297, 240),
+}
 
 _ARCH = {  # platform.machine(): (index in the tables above, AUDIT_ARCH_*)
     "x86_64": (0, 0xC000003E),
@@ -135,26 +154,59 @@ def _search(keys: list[int], targets: dict[int, int], here: int) -> list[tuple[i
     return [(_JGE_K, keys[mid], right_start, here + 1), *left, *right]
 
 
-def program(machine: str | None = None) -> bytes | None:
-    """The filter for this machine's architecture as raw sock_filter instructions (None where the
-    architecture has no table here).
+OWN_PID = object()  # stands for the submission's pid in a program, filled in as it is installed
 
-    The kernel runs it on every system call the submission makes (and, when it is installed, on
-    every system-call number, to cache those always allowed), so the numbers are found by binary
-    search: about seven comparisons, not one per refused call.
+
+@dataclass(frozen=True)
+class Program:
+    code: bytes  # sock_filter instructions
+    own_pid_at: tuple[int, ...] = ()  # byte offsets of the constants that hold the submission's pid
+
+
+def program(machine: str | None = None, shared_host: bool = False) -> Program | None:
+    """The filter for this machine's architecture (None where it has no table here).
+
+    `shared_host`: the submission runs without namespaces, so in the host's pid space and file
+    system. It may then also not run programs (execve), signal any process but its own, or open
+    sockets of any kind (socketpair still works).
+
+    The kernel runs the filter on every system call the submission makes (and, when it is
+    installed, on every system-call number, to cache those always allowed), so the numbers are
+    found by binary search: about seven comparisons, not one per refused call.
     """
     arch = _ARCH.get(machine or platform.machine())
     if arch is None:
         return None
     col, audit_arch = arch
-    refused = sorted({numbers[col] for numbers in DENIED.values() if numbers[col] is not None})
-    clone, socket, clone3 = (CHECKED_ARGS[n][col] for n in ("clone", "socket", "clone3"))
-    keys = sorted([*refused, clone, socket, clone3])
+    denied = [*DENIED.values(), *(DENIED_ON_SHARED_HOST.values() if shared_host else ())]
+    refused = sorted({numbers[col] for numbers in denied if numbers[col] is not None})
+    checked = {name: numbers[col] for name, numbers in CHECKED_ARGS.items()}
+    if not shared_host:
+        del checked["tgkill"], checked["rt_tgsigqueueinfo"]
+    else:
+        refused = sorted([*refused, checked.pop("socket")])
+    keys = sorted([*refused, *checked.values()])
     x32 = col == 0  # x86-64: x32 calls carry a high bit on its own numbers
     tree = 5 if x32 else 4  # where the search starts
-    tail = tree + 2 * len(keys) - 1  # the shared endings follow it
-    check_clone, check_socket, enosys, allow, eperm = tail, tail + 2, tail + 4, tail + 5, tail + 6
-    # Instructions as (code, k, jt, jf), jump targets absolute (made relative below).
+    tail = tree + 2 * len(keys) - 1  # the endings follow it
+    # Instructions as (code, k, jt, jf), jump targets absolute (made relative below). BPF jumps
+    # only forward, so the checks of arguments come first among the endings, then the returns.
+    checks: list[tuple[int, object, int | str, int | str]] = []
+    targets: dict[int, int | str] = {nr: "eperm" for nr in refused}
+    targets[-1] = "allow"
+    targets[checked["clone3"]] = "enosys"  # its flags sit in memory a filter cannot read: glibc
+    # then falls back to clone, whose flags it can
+    targets[checked["clone"]] = tail + len(checks)
+    checks += [(_LD_W_ABS, _ARG0, 0, 0), (_JSET_K, CLONE_NEW_FLAGS, "eperm", "allow")]  # new namespaces
+    if "socket" in checked:
+        targets[checked["socket"]] = tail + len(checks)
+        checks += [(_LD_W_ABS, _ARG0, 0, 0), (_JEQ_K, AF_UNIX, "allow", "eperm")]  # Unix sockets only
+    for name in ("tgkill", "rt_tgsigqueueinfo"):
+        if name in checked:
+            targets[checked[name]] = tail + len(checks)
+            checks += [(_LD_W_ABS, _ARG0, 0, 0), (_JEQ_K, OWN_PID, "allow", "eperm")]  # its own pid
+    returns = {"enosys": _RET_ERRNO | errno.ENOSYS, "allow": _RET_ALLOW, "eperm": _RET_ERRNO | errno.EPERM}
+    ends = {name: tail + len(checks) + i for i, name in enumerate(returns)}
     head = [
         (_LD_W_ABS, _ARCH_OFFSET, 0, 0),
         (_JEQ_K, audit_arch, 3, 2),  # another ABI (i386 through int 0x80, say): refused
@@ -162,27 +214,21 @@ def program(machine: str | None = None) -> bytes | None:
         (_LD_W_ABS, _NR, 0, 0),
     ]
     if x32:
-        head.append((_JGE_K, X32_SYSCALL_BIT, eperm, tree))
-    endings = [  # BPF jumps only forward: the checks of arguments come before the returns
-        (_LD_W_ABS, _ARG0, 0, 0),  # clone: refused when its flags ask for a new namespace
-        (_JSET_K, CLONE_NEW_FLAGS, eperm, allow),
-        (_LD_W_ABS, _ARG0, 0, 0),  # socket: Unix sockets only
-        (_JEQ_K, AF_UNIX, allow, eperm),
-        (_RET_K, _RET_ERRNO | errno.ENOSYS, 0, 0),  # clone3, so that glibc uses clone
-        (_RET_K, _RET_ALLOW, 0, 0),
-        (_RET_K, _RET_ERRNO | errno.EPERM, 0, 0),
-    ]
-    targets = {nr: eperm for nr in refused}
-    targets.update({-1: allow, clone3: enosys, clone: check_clone, socket: check_socket})
-    insns = head + _search(keys, targets, tree) + endings
-    assert len(head) == tree and len(insns) == tail + len(endings)
-    out = []
+        head.append((_JGE_K, X32_SYSCALL_BIT, "eperm", tree))
+    resolved = {nr: ends[t] if isinstance(t, str) else t for nr, t in targets.items()}
+    insns = [*head, *_search(keys, resolved, tree), *checks, *((_RET_K, k, 0, 0) for k in returns.values())]
+    assert len(head) == tree and len(insns) == tail + len(checks) + len(returns)
+    out, own_pid_at = [], []
     for i, (code, k, jt, jf) in enumerate(insns):
         if code in (_JEQ_K, _JGE_K, _JSET_K):  # absolute targets -> offsets past this instruction
+            jt, jf = (ends[j] if isinstance(j, str) else j for j in (jt, jf))
             jt, jf = jt - i - 1, jf - i - 1
             assert 0 <= jt < 256 and 0 <= jf < 256, (i, jt, jf)
+        if k is OWN_PID:
+            own_pid_at.append(8 * i + 4)  # the k field of this sock_filter
+            k = 0
         out.append(_insn(code, k, jt, jf))
-    return b"".join(out)
+    return Program(b"".join(out), tuple(own_pid_at))
 
 
 class _SockFprog(ctypes.Structure):
@@ -194,23 +240,28 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class Filter:
     """A filter program ready to install: its kernel structure is built once, in the monitor, so a
-    freshly forked candidate makes one prctl call and touches no new memory for it."""
+    freshly forked candidate only fills in its pid (if the program asks for it) and makes one
+    prctl call."""
 
-    def __init__(self, filter_program: bytes) -> None:
-        self._buffer = ctypes.create_string_buffer(filter_program, len(filter_program))
-        self._fprog = _SockFprog(len(filter_program) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
+    def __init__(self, filter_program: Program) -> None:
+        code = filter_program.code
+        self._own_pid_at = filter_program.own_pid_at
+        self._buffer = ctypes.create_string_buffer(code, len(code))
+        self._fprog = _SockFprog(len(code) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
         self._ref = ctypes.byref(self._fprog)
         self._prctl = _libc.prctl
 
     def install(self) -> None:
         """Install it on the calling process (and whatever it starts from now on). Needs
         no_new_privs set, or CAP_SYS_ADMIN; raises OSError where the kernel refuses."""
+        for offset in self._own_pid_at:  # this process's copy of the buffer
+            struct.pack_into("=I", self._buffer, offset, os.getpid())
         if self._prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._ref, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"seccomp filter: {os.strerror(err)}")
 
 
-def for_this_machine() -> Filter | None:
+def for_this_machine(shared_host: bool = False) -> Filter | None:
     """The filter for this architecture, or None where there is no table for it."""
-    filter_program = program()
+    filter_program = program(shared_host=shared_host)
     return Filter(filter_program) if filter_program is not None else None

@@ -1,0 +1,103 @@
+"""Landlock rules for a submission that runs without namespaces: it may write only inside its own
+directory, run no program, and, on kernels that can scope them, signal no process and reach no
+abstract Unix socket outside itself.
+
+Without namespaces there is no private mount tree to make read-only and no pid namespace to hide
+the host's processes, and without root the submission runs as the caller's own uid: permissions
+alone would let it write anything the caller can (a home directory, the project) and signal the
+caller's processes (the trainer). Landlock (Linux 5.13+) is the kernel's way for an unprivileged
+process to give up access to the file system, and it holds for native code as for Python.
+
+Rights are asked by the kernel's Landlock ABI version: writes, removals, creations and execution
+(1), renames and links across directories (2), truncation (3), TCP (4), device ioctls (5),
+signals and abstract Unix sockets outside the sandbox (6). Reading stays open, as it does with
+namespaces (the sandbox's policy says so). Where the kernel has no Landlock, nothing is
+restricted here and the sandbox's description of its isolation says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # the same on every architecture
+CREATE_RULESET_VERSION = 1
+RULE_PATH_BENEATH = 1
+
+EXECUTE, WRITE_FILE = 1 << 0, 1 << 1
+REMOVE_DIR, REMOVE_FILE = 1 << 4, 1 << 5
+MAKE_CHAR, MAKE_DIR, MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = (1 << n for n in range(6, 13))
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+_WRITES_V1 = (
+    WRITE_FILE
+    | REMOVE_DIR
+    | REMOVE_FILE
+    | MAKE_CHAR
+    | MAKE_DIR
+    | MAKE_REG
+    | MAKE_SOCK
+    | MAKE_FIFO
+    | MAKE_BLOCK
+    | MAKE_SYM
+)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI version; 0 where it has none (or it is switched off)."""
+    version = _libc.syscall(SYS_CREATE_RULESET, None, 0, CREATE_RULESET_VERSION)
+    return max(version, 0)
+
+
+def _os_error(what: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"landlock {what}: {os.strerror(err)}")
+
+
+class Rules:
+    """The rights this kernel's ABI can take away, worked out once (in the monitor)."""
+
+    def __init__(self, abi: int) -> None:
+        self.abi = abi
+        self.writes = _WRITES_V1 | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
+        self.handled_fs = self.writes | EXECUTE | (IOCTL_DEV if abi >= 5 else 0)
+        self.handled_net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
+        self.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
+
+    def describe(self) -> str:
+        signals = ", no signals out" if self.scoped else ""
+        return f"Landlock ABI {self.abi} (writes only in its directory, no programs{signals})"
+
+    def restrict_self(self, writable: str) -> None:
+        """Restrict the calling process, and whatever it starts, to writing under `writable`
+        (and /dev/null). Needs no_new_privs set; raises OSError where the kernel refuses."""
+        attr = struct.pack("=QQQ", self.handled_fs, self.handled_net, self.scoped)
+        ruleset = _libc.syscall(SYS_CREATE_RULESET, attr, len(attr), 0)
+        if ruleset < 0:
+            raise _os_error("create_ruleset")
+        try:
+            for path, rights in (
+                (writable, self.writes),
+                (os.devnull, self.writes & (WRITE_FILE | TRUNCATE)),
+            ):
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                try:
+                    rule = struct.pack("=Qi", rights, fd)  # struct landlock_path_beneath_attr, packed
+                    if _libc.syscall(SYS_ADD_RULE, ruleset, RULE_PATH_BENEATH, rule, 0) != 0:
+                        raise _os_error(f"add_rule {path}")
+                finally:
+                    os.close(fd)
+            if _libc.syscall(SYS_RESTRICT_SELF, ruleset, 0) != 0:
+                raise _os_error("restrict_self")
+        finally:
+            os.close(ruleset)
+
+
+def for_this_kernel() -> Rules | None:
+    abi = abi_version()
+    return Rules(abi) if abi > 0 else None
