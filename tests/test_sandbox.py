@@ -716,6 +716,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["tmp"] = value("import os\\ndef f(a):\\n    open('/tmp/x', 'w').write('x')\\n    return os.listdir('/tmp')")
             out["bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
             out["own_dir"] = value("def f(a):\\n    open('%s/x', 'w').write('x')\\n    return 'written'")
+            out["home"] = value("import os\\ndef f(a):\\n    return os.listdir(os.path.expanduser('%s'))")
             out["mount"] = value("import ctypes\\ndef f(a):\\n    libc = ctypes.CDLL(None, use_errno=True)\\n    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno()")
         with Sandbox(workers=1, limits=Limits(call_timeout=1, cpu_s=2, wall_factor=2), namespaces=False) as sb:
             out["weak_isolation"] = sb.isolation  # as where the kernel refuses user namespaces
@@ -728,11 +729,12 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     listener.listen()
     own_dir = Path.cwd() / f".{marker()}"  # the caller's own: its permissions allow the write
     own_dir.mkdir()
+    (own_dir / "token").write_text("secret")  # the caller's home: a submission must not see in
     os.chown(own_dir, 65534, 65534)
     proc = subprocess.run(
-        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir, own_dir)],
+        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir, own_dir, own_dir)],
         cwd="/tmp",
-        env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", "HOME": str(own_dir)},  # its home, too
         user=65534,
         group=65534,
         capture_output=True,
@@ -740,8 +742,8 @@ def test_unprivileged_user_gets_user_namespace_isolation():
         timeout=120,
     )
     listener.close()
-    written = list(own_dir.iterdir())
-    for child in written:
+    written = [p for p in own_dir.iterdir() if p.name != "token"]
+    for child in own_dir.iterdir():
         child.unlink()
     own_dir.rmdir()
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -756,6 +758,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     assert out["mount"]["value"] == {"$t": [-1, errno.EPERM]}
     # Its own uid may write the caller's files; the read-only tree refuses.
     assert "Read-only file system" in out["own_dir"]["error"] and written == []
+    assert out["home"]["value"] == []  # an empty tmpfs over the caller's home directory
     if landlock_rules.abi_version():  # and without namespaces, Landlock refuses it
         assert "Landlock" in out["weak_isolation"] and "no Landlock" not in out["weak_isolation"]
         assert "Permission denied" in out["weak_own_dir"]["error"]

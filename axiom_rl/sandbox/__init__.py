@@ -55,9 +55,11 @@ What is not covered:
   often exploited, not every system call a program does not need (it is a deny list: the rest of
   the kernel's interface stays open). Where the kernel refuses filters, or on another
   architecture, there is none, and `Sandbox.isolation` says so.
-- The file system is readable wherever it is world-readable (outside /root-style directories):
-  do not keep secrets, or problem files with expected outputs, in world-readable places on a
-  machine where you verify untrusted code. Generated problems live in memory only.
+- The file system is readable wherever it is world-readable (outside /root-style directories;
+  without root, a submission runs as the caller's uid, and the caller's home directory is covered
+  by an empty tmpfs, the interpreter's paths inside it bound back): do not keep secrets, or
+  problem files with expected outputs, in world-readable places on a machine where you verify
+  untrusted code. Generated problems live in memory only.
 - CPU and memory bandwidth are shared: a submission can slow others down (never past their
   wall-clock limits, which are generous for that reason).
 - Without namespaces (the kernel refuses them: Ubuntu 24.04 restricts unprivileged user

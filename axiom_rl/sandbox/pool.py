@@ -141,7 +141,7 @@ class _Slot:
     def __init__(self, index: int, isolation: dict, uid: int | None = None) -> None:
         self.index, self.uid, self.isolation = index, uid, isolation
         ours, theirs = socket.socketpair()
-        settings = {**isolation, "uid": uid, "fallback_tmp": tempfile.gettempdir()}
+        settings = {**isolation, "uid": uid, "fallback_tmp": tempfile.gettempdir(), "home": str(Path.home())}
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (read only if the monitor fails to start)
         self.proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],

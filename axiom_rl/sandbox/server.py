@@ -991,6 +991,15 @@ def _blocked_dirs(paths: list[str]) -> list[str]:
     return sorted(tops)
 
 
+def _private_dirs(home: str | None, namespaces: bool) -> list[str]:
+    """Without root: the caller's home directory, to hide from submissions (which run as the
+    caller's uid). Only a mount namespace can hide it; a home of "/" or none is left alone."""
+    if not namespaces or not home:
+        return []
+    home = os.path.realpath(home)
+    return [home] if home != "/" and os.path.isdir(home) else []
+
+
 def configure(settings: dict) -> tuple[dict, str]:
     root = os.geteuid() == 0
     namespaces = bool(settings.get("namespaces", True)) and _probe_namespaces(root)
@@ -1011,7 +1020,10 @@ def configure(settings: dict) -> tuple[dict, str]:
         "uid": int(settings["uid"]) if root else None,
         "fallback_tmp": settings.get("fallback_tmp") or tempfile.gettempdir(),
         "python_paths": paths,
-        "blocked_dirs": _blocked_dirs(paths) if root else [],
+        # Covered by an empty tmpfs in the template, the interpreter's paths inside bound back:
+        # as root, what the slot's uid could not enter anyway; without root, the caller's home
+        # directory (keys, tokens: everything the caller's own uid could otherwise read).
+        "blocked_dirs": _blocked_dirs(paths) if root else _private_dirs(settings.get("home"), namespaces),
         "scratch_dirs": [d for d in SCRATCH_DIRS if os.path.isdir(d) and not os.path.islink(d)],
         "own_pid_ns": os.open("/proc/self/ns/pid", os.O_RDONLY) if namespaces else -1,
         # Reused across jobs only as root: an unprivileged candidate cannot change anything in it,
