@@ -721,6 +721,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
         with Sandbox(workers=1, limits=Limits(call_timeout=1, cpu_s=2, wall_factor=2), namespaces=False) as sb:
             out["weak_isolation"] = sb.isolation  # as where the kernel refuses user namespaces
             out["weak_own_dir"] = value("def f(a):\\n    open('%s/y', 'w').write('y')\\n    return 'written'")
+            out["weak_home"] = value("def f(a):\\n    return open('%s/token').read()")
         print(json.dumps(out))
         """
     )
@@ -732,7 +733,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     (own_dir / "token").write_text("secret")  # the caller's home: a submission must not see in
     os.chown(own_dir, 65534, 65534)
     proc = subprocess.run(
-        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir, own_dir, own_dir)],
+        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir, own_dir, own_dir, own_dir)],
         cwd="/tmp",
         env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", "HOME": str(own_dir)},  # its home, too
         user=65534,
@@ -762,6 +763,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     if landlock_rules.abi_version():  # and without namespaces, Landlock refuses it
         assert "Landlock" in out["weak_isolation"] and "no Landlock" not in out["weak_isolation"]
         assert "Permission denied" in out["weak_own_dir"]["error"]
+        assert "Permission denied" in out["weak_home"]["error"]  # the caller's home: unreadable
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
 

@@ -66,11 +66,13 @@ What is not covered:
   namespaces, for one), isolation is weaker, and `Sandbox.isolation` says so. The submission
   shares the host's file system and process list and, without root, runs as the caller's uid.
   What holds it is the kernel's, for native code as for Python: Landlock (landlock_rules.py,
-  Linux 5.13+) lets it write only in its private directory and run no program, and from Linux
-  6.12 signal no process and reach no abstract Unix socket outside itself; the seccomp filter,
+  Linux 5.13+) lets it write only in its private directory, read nothing in the caller's home
+  directory (without root; the interpreter's paths there excepted) and run no program, and
+  from Linux 6.12 signal no process and reach no abstract Unix socket outside itself; the seccomp filter,
   in a stricter form, refuses every socket (socketpair aside), execve, and signals to any
   process but its own. Python audit hooks refuse subprocesses, ctypes and sockets besides. It can
-  still read what the caller can read and see the host's processes. On a kernel without
+  still read what the caller can read outside the home directory, and see the host's
+  processes. On a kernel without
   Landlock it can write whatever its uid may, and `Sandbox.isolation` says that too: there,
   verify as root (a uid of its own) or in a container.
 - Test code itself (HumanEval's `check`, MBPP's asserts) is trusted input: the judge runs it

@@ -1,6 +1,6 @@
 """Landlock rules for a submission that runs without namespaces: it may write only inside its own
-directory, run no program, and, on kernels that can scope them, signal no process and reach no
-abstract Unix socket outside itself.
+directory, run no program, read nothing in the caller's home directory (without root), and, on
+kernels that can scope them, signal no process and reach no abstract Unix socket outside itself.
 
 Without namespaces there is no private mount tree to make read-only and no pid namespace to hide
 the host's processes, and without root the submission runs as the caller's own uid: permissions
@@ -10,8 +10,8 @@ process to give up access to the file system, and it holds for native code as fo
 
 Rights are asked by the kernel's Landlock ABI version: writes, removals, creations and execution
 (1), renames and links across directories (2), truncation (3), TCP (4), device ioctls (5),
-signals and abstract Unix sockets outside the sandbox (6). Reading stays open, as it does with
-namespaces (the sandbox's policy says so). Where the kernel has no Landlock, nothing is
+signals and abstract Unix sockets outside the sandbox (6). Reading stays open but for the hidden
+directory, as it does with namespaces (the sandbox's policy says so). Where the kernel has no Landlock, nothing is
 restricted here and the sandbox's description of its isolation says so.
 """
 
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import struct
 
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 CREATE_RULESET_VERSION = 1
 RULE_PATH_BENEATH = 1
 
-EXECUTE, WRITE_FILE = 1 << 0, 1 << 1
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 REMOVE_DIR, REMOVE_FILE = 1 << 4, 1 << 5
 MAKE_CHAR, MAKE_DIR, MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = (1 << n for n in range(6, 13))
 REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
@@ -59,45 +60,88 @@ def _os_error(what: str) -> OSError:
     return OSError(err, f"landlock {what}: {os.strerror(err)}")
 
 
+READS = READ_FILE | READ_DIR
+
+
 class Rules:
     """The rights this kernel's ABI can take away, worked out once (in the monitor)."""
 
-    def __init__(self, abi: int) -> None:
-        self.abi = abi
+    def __init__(self, abi: int, hidden: str | None = None) -> None:
+        """`hidden`: a directory a submission may not read either (without root, the caller's
+        home: the submission runs as the caller's uid)."""
+        self.abi, self.hidden = abi, hidden
         self.writes = _WRITES_V1 | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
-        self.handled_fs = self.writes | EXECUTE | (IOCTL_DEV if abi >= 5 else 0)
+        self.handled_fs = self.writes | EXECUTE | (IOCTL_DEV if abi >= 5 else 0) | (READS if hidden else 0)
         self.handled_net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
         self.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
 
     def describe(self) -> str:
+        hidden = f", {self.hidden} unreadable" if self.hidden else ""
         signals = ", no signals out" if self.scoped else ""
-        return f"Landlock ABI {self.abi} (writes only in its directory, no programs{signals})"
+        return f"Landlock ABI {self.abi} (writes only in its directory{hidden}, no programs{signals})"
 
-    def restrict_self(self, writable: str) -> None:
-        """Restrict the calling process, and whatever it starts, to writing under `writable`
-        (and /dev/null). Needs no_new_privs set; raises OSError where the kernel refuses."""
+    def ruleset(self, writable: str, readable: list[str] = ()) -> int:
+        """A ruleset (a file descriptor) that lets a process write only under `writable` (and to
+        /dev/null) and, if a directory is hidden, read only under `writable`, the `readable`
+        paths and everywhere but the hidden directory. Built once; each submission's process
+        restricts itself with it (restrict_self)."""
         attr = struct.pack("=QQQ", self.handled_fs, self.handled_net, self.scoped)
-        ruleset = _libc.syscall(SYS_CREATE_RULESET, attr, len(attr), 0)
-        if ruleset < 0:
+        fd = _libc.syscall(SYS_CREATE_RULESET, attr, len(attr), 0)
+        if fd < 0:
             raise _os_error("create_ruleset")
         try:
-            for path, rights in (
-                (writable, self.writes),
-                (os.devnull, self.writes & (WRITE_FILE | TRUNCATE)),
-            ):
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                try:
-                    rule = struct.pack("=Qi", rights, fd)  # struct landlock_path_beneath_attr, packed
-                    if _libc.syscall(SYS_ADD_RULE, ruleset, RULE_PATH_BENEATH, rule, 0) != 0:
-                        raise _os_error(f"add_rule {path}")
-                finally:
-                    os.close(fd)
-            if _libc.syscall(SYS_RESTRICT_SELF, ruleset, 0) != 0:
-                raise _os_error("restrict_self")
+            reads = READS if self.hidden else 0
+            self._allow(fd, writable, self.writes | reads)
+            self._allow(fd, os.devnull, WRITE_FILE | TRUNCATE | reads)
+            if self.hidden:
+                for path in [*readable, *readable_except(self.hidden)]:
+                    self._allow(fd, path, reads)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _allow(self, ruleset: int, path: str, rights: int) -> None:
+        try:
+            target = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return  # gone, or a dangling link: nothing to read there
+        try:
+            if not stat.S_ISDIR(os.fstat(target).st_mode):
+                rights &= FILE_RIGHTS  # a rule on a file may only grant what applies to files
+            rights &= self.handled_fs
+            rule = struct.pack("=Qi", rights, target)  # struct landlock_path_beneath_attr, packed
+            if rights and _libc.syscall(SYS_ADD_RULE, ruleset, RULE_PATH_BENEATH, rule, 0) != 0:
+                raise _os_error(f"add_rule {path}")
         finally:
-            os.close(ruleset)
+            os.close(target)
 
 
-def for_this_kernel() -> Rules | None:
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+
+
+def readable_except(hidden: str) -> list[str]:
+    """Paths whose subtrees hold everything on the file system but `hidden`: the siblings of
+    `hidden` and of each directory above it. Those directories themselves can then be passed
+    through but not listed."""
+    paths, parent = [], "/"
+    for part in hidden.strip("/").split("/"):
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            names = []
+        paths += [os.path.join(parent, name) for name in sorted(names) if name != part]
+        parent = os.path.join(parent, part)
+    return paths
+
+
+def restrict_self(ruleset: int) -> None:
+    """Restrict the calling process, and whatever it starts from now on, to a ruleset. Needs
+    no_new_privs set; raises OSError where the kernel refuses."""
+    if _libc.syscall(SYS_RESTRICT_SELF, ruleset, 0) != 0:
+        raise _os_error("restrict_self")
+
+
+def for_this_kernel(hidden: str | None = None) -> Rules | None:
     abi = abi_version()
-    return Rules(abi) if abi > 0 else None
+    return Rules(abi, hidden) if abi > 0 else None

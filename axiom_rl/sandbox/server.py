@@ -219,8 +219,9 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid programs cannot raise privileges
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # set after setuid, which clears it
     prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/mem from same-uid processes
-    if cfg["landlock"]:  # no namespaces: writes only in its own directory
-        cfg["landlock"].restrict_self(workdir)
+    if cfg["landlock_ruleset"] >= 0:  # no namespaces: writes only in its own directory
+        landlock_rules.restrict_self(cfg["landlock_ruleset"])
+        os.close(cfg["landlock_ruleset"])
     if cfg["syscall_filter"]:
         cfg["syscall_filter"].install()  # last: the set-up above needs mount and setns
     os.chdir(workdir)
@@ -762,7 +763,7 @@ def run_job(job: dict, cfg: dict) -> dict:
     uid = cfg["uid"]
     workdir = "/tmp"
     if not cfg["namespaces"]:  # weak mode: a private directory on disk, removed afterwards
-        workdir = tempfile.mkdtemp(prefix="axiom-sbx-", dir=cfg["fallback_tmp"])
+        workdir = tempfile.mkdtemp(dir=cfg["slot_dir"])
         if uid is not None:
             os.chown(workdir, uid, uid)
     out_r, out_w = os.pipe()
@@ -779,7 +780,14 @@ def run_job(job: dict, cfg: dict) -> dict:
 
     def run_candidate() -> None:
         _keep_only_fds(
-            [channel, out_w, cfg["slot_netns"], cfg["mount_template"], *cfg["path_handles"].values()]
+            [
+                channel,
+                out_w,
+                cfg["slot_netns"],
+                cfg["mount_template"],
+                cfg["landlock_ruleset"],
+                *cfg["path_handles"].values(),
+            ]
         )
         _redirect_stdio(out_w)
         isolate(cfg, limits, uid, workdir)
@@ -851,7 +859,12 @@ def run_job(job: dict, cfg: dict) -> dict:
     os.close(res_r)
     os.close(out_r)
     if not cfg["namespaces"]:
-        shutil.rmtree(workdir, ignore_errors=True)
+        for name in os.listdir(cfg["slot_dir"]):  # its directory, and anything else it made there
+            path = os.path.join(cfg["slot_dir"], name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
     return {
         "messages": messages,
         "reason": reason,
@@ -960,22 +973,34 @@ def _probe_syscall_filter(shared_host: bool) -> syscall_filter.Filter | None:
     return sieve if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
 
 
-def _probe_landlock() -> landlock_rules.Rules | None:
-    """Landlock rules, if the kernel has Landlock and accepts them (tried once, at start, in a
-    child)."""
-    rules = landlock_rules.for_this_kernel()
+def _weak_mode_landlock(cfg: dict, home: str | None) -> tuple[landlock_rules.Rules | None, int]:
+    """Without namespaces: Landlock rules and the slot's ruleset (a descriptor every candidate
+    restricts itself with), if the kernel has Landlock and takes them (tried once, in a child).
+    Without root the caller's home directory is hidden, the interpreter's paths in it excepted."""
+    hidden = None
+    if not cfg["root"] and home and os.path.realpath(home) != "/" and os.path.isdir(home):
+        hidden = os.path.realpath(home)
+    rules = landlock_rules.for_this_kernel(hidden)
     if rules is None:
-        return None
+        return None, -1
+    readable = [p for p in cfg["python_paths"] if hidden and _is_within(p, hidden)]
+    try:
+        ruleset = rules.ruleset(cfg["slot_dir"], readable)
+    except OSError:
+        return None, -1
     pid = os.fork()
     if pid == 0:
         try:
             prctl(PR_SET_NO_NEW_PRIVS, 1)
-            rules.restrict_self(tempfile.gettempdir())
+            landlock_rules.restrict_self(ruleset)
             os._exit(0)
         except BaseException:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    return rules if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return rules, ruleset
+    os.close(ruleset)
+    return None, -1
 
 
 def _blocked_dirs(paths: list[str]) -> list[str]:
@@ -1036,10 +1061,17 @@ def configure(settings: dict) -> tuple[dict, str]:
             if settings.get("syscall_filter", True)
             else None
         ),
-        # Without namespaces nothing makes the tree read-only or hides the host's processes.
-        "landlock": _probe_landlock() if not namespaces else None,
     }
     cfg["mount_template"] = _mount_template(cfg) if namespaces else -1
+    cfg["slot_dir"], cfg["landlock"], cfg["landlock_ruleset"] = None, None, -1
+    if not namespaces:
+        # Each job's directory is made in this one, and whatever a job leaves in it removed after
+        # it; Landlock lets candidates write here only (the slot's uid may pass through, as root).
+        cfg["slot_dir"] = tempfile.mkdtemp(prefix="axiom-sbx-", dir=cfg["fallback_tmp"])
+        if root:
+            os.chmod(cfg["slot_dir"], 0o711)
+        # Nothing makes the tree read-only or hides the host's processes: Landlock instead.
+        cfg["landlock"], cfg["landlock_ruleset"] = _weak_mode_landlock(cfg, settings.get("home"))
     # Without namespaces nothing can be bound back: the candidate reaches what it may not enter
     # through handles opened here (see _reach_through_handles).
     cfg["path_handles"] = (
@@ -1088,14 +1120,18 @@ def main() -> None:
     gc.freeze()
     send_line(channel, {"ready": True, "isolation": mode, "namespaces": cfg["namespaces"]})
     jobs = LineReader(channel, 1 << 30)
-    while True:
-        try:
-            job = jobs.read(None)
-        except ValueError:
-            break
-        if job is None:
-            break  # the parent went away
-        send_line(channel, run_job(job, cfg))
+    try:
+        while True:
+            try:
+                job = jobs.read(None)
+            except ValueError:
+                break
+            if job is None:
+                break  # the parent went away
+            send_line(channel, run_job(job, cfg))
+    finally:
+        if cfg["slot_dir"]:
+            shutil.rmtree(cfg["slot_dir"], ignore_errors=True)
 
 
 if __name__ == "__main__":
