@@ -939,15 +939,13 @@ def _become_init_of_own_namespaces() -> None:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # if the wrapper is killed, so are we
 
 
-def _probe_namespaces(root: bool) -> bool:
-    """Can a child create the namespaces we need? Tried once, at start."""
+def _succeeds_in_child(probe: Callable[[], None]) -> bool:
+    """Whether `probe` returns without raising in a forked child (so that what it changes, a
+    namespace entered, a filter installed, dies with the child). Tried once, at start."""
     pid = os.fork()
     if pid == 0:
         try:
-            if not root:
-                _enter_user_ns()
-            unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID)
-            mount(None, "/", None, MS_REC | MS_PRIVATE)
+            probe()
             os._exit(0)
         except BaseException:
             os._exit(1)
@@ -955,31 +953,37 @@ def _probe_namespaces(root: bool) -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+def _probe_namespaces(root: bool) -> bool:
+    """Can a child create the namespaces we need?"""
+
+    def probe() -> None:
+        if not root:
+            _enter_user_ns()
+        unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID)
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+
+    return _succeeds_in_child(probe)
+
+
 def _probe_syscall_filter(shared_host: bool) -> syscall_filter.Filter | None:
-    """The seccomp filter, if this architecture has one and the kernel accepts it (tried once, at
-    start, in a child). `shared_host`: for submissions without namespaces (see syscall_filter)."""
+    """The seccomp filter, if this architecture has one and the kernel accepts it.
+    `shared_host`: for submissions without namespaces (see syscall_filter)."""
     sieve = syscall_filter.for_this_machine(shared_host)
     if sieve is None:
         return None
-    pid = os.fork()
-    if pid == 0:
-        try:
-            prctl(PR_SET_NO_NEW_PRIVS, 1)
-            sieve.install()
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return sieve if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
+
+    def probe() -> None:
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        sieve.install()
+
+    return sieve if _succeeds_in_child(probe) else None
 
 
 def _weak_mode_landlock(cfg: dict, home: str | None) -> tuple[landlock_rules.Rules | None, int]:
     """Without namespaces: Landlock rules and the slot's ruleset (a descriptor every candidate
-    restricts itself with), if the kernel has Landlock and takes them (tried once, in a child).
-    Without root the caller's home directory is hidden, the interpreter's paths in it excepted."""
-    hidden = None
-    if not cfg["root"] and home and os.path.realpath(home) != "/" and os.path.isdir(home):
-        hidden = os.path.realpath(home)
+    restricts itself with), if the kernel has Landlock and takes them. Without root the
+    caller's home directory is hidden, the interpreter's paths in it excepted."""
+    hidden = None if cfg["root"] else _caller_home(home)
     rules = landlock_rules.for_this_kernel(hidden)
     if rules is None:
         return None, -1
@@ -988,19 +992,24 @@ def _weak_mode_landlock(cfg: dict, home: str | None) -> tuple[landlock_rules.Rul
         ruleset = rules.ruleset(cfg["slot_dir"], readable)
     except OSError:
         return None, -1
-    pid = os.fork()
-    if pid == 0:
-        try:
-            prctl(PR_SET_NO_NEW_PRIVS, 1)
-            landlock_rules.restrict_self(ruleset)
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+
+    def probe() -> None:
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        landlock_rules.restrict_self(ruleset)
+
+    if _succeeds_in_child(probe):
         return rules, ruleset
     os.close(ruleset)
     return None, -1
+
+
+def _caller_home(home: str | None) -> str | None:
+    """The caller's home directory, to hide from submissions that run as the caller's uid
+    (without root); None for a home of "/" or none."""
+    if not home:
+        return None
+    home = os.path.realpath(home)
+    return home if home != "/" and os.path.isdir(home) else None
 
 
 def _blocked_dirs(paths: list[str]) -> list[str]:
@@ -1016,15 +1025,6 @@ def _blocked_dirs(paths: list[str]) -> list[str]:
     return sorted(tops)
 
 
-def _private_dirs(home: str | None, namespaces: bool) -> list[str]:
-    """Without root: the caller's home directory, to hide from submissions (which run as the
-    caller's uid). Only a mount namespace can hide it; a home of "/" or none is left alone."""
-    if not namespaces or not home:
-        return []
-    home = os.path.realpath(home)
-    return [home] if home != "/" and os.path.isdir(home) else []
-
-
 def configure(settings: dict) -> tuple[dict, str]:
     root = os.geteuid() == 0
     namespaces = bool(settings.get("namespaces", True)) and _probe_namespaces(root)
@@ -1038,6 +1038,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         }
     )
     paths = [p for p in paths if not any(_is_within(p, q) for q in paths if q != p)]  # outermost only
+    home = _caller_home(settings.get("home")) if namespaces and not root else None  # hidden by a mount
     cfg = {
         "root": root,
         "namespaces": namespaces,
@@ -1048,7 +1049,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         # Covered by an empty tmpfs in the template, the interpreter's paths inside bound back:
         # as root, what the slot's uid could not enter anyway; without root, the caller's home
         # directory (keys, tokens: everything the caller's own uid could otherwise read).
-        "blocked_dirs": _blocked_dirs(paths) if root else _private_dirs(settings.get("home"), namespaces),
+        "blocked_dirs": _blocked_dirs(paths) if root else [home] if home else [],
         "scratch_dirs": [d for d in SCRATCH_DIRS if os.path.isdir(d) and not os.path.islink(d)],
         "own_pid_ns": os.open("/proc/self/ns/pid", os.O_RDONLY) if namespaces else -1,
         # Reused across jobs only as root: an unprivileged candidate cannot change anything in it,
