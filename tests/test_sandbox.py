@@ -232,6 +232,48 @@ def test_opening_a_socket(sandbox):
     assert got == []
 
 
+def test_connecting_to_a_unix_socket_of_the_host(sandbox):
+    """A read-only mount does not stop a connect() to a socket file: a Docker daemon's (root on the
+    host, for a caller in the docker group) or a desktop session's bus would answer. This one is
+    world-writable, outside the private directories."""
+    path = Path.cwd() / f".{marker()}.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    path.chmod(0o777)
+    server.listen()
+    server.settimeout(0.1)
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+                got.append(conn.recv(100))
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    code = f"""
+    import socket
+    def f(a, b):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect({str(path)!r})
+        s.sendall(b"GET /containers/json HTTP/1.0\\r\\n\\r\\n")
+        return a + b
+    """
+    try:
+        v = run(sandbox, code)
+    finally:
+        done.set()
+        thread.join()
+        server.close()
+        path.unlink()
+    assert v.status == RUNTIME_ERROR and "PermissionError" in v.detail, v.detail
+    assert got == []
+
+
 def test_reading_expected_values(sandbox):
     secret = f"SECRET-{uuid.uuid4().hex}"
     p = problem(((1, 2), secret))  # only a program that finds the expected value can pass
@@ -592,17 +634,16 @@ def test_syscall_filter_answers_every_system_call_number_as_the_table_says(
     denied = {**syscall_filter.DENIED, **(syscall_filter.DENIED_ON_SHARED_HOST if shared_host else {})}
     refused = {n[column] for n in denied.values() if n[column] is not None}
     nr_of = {name: numbers[column] for name, numbers in syscall_filter.CHECKED_ARGS.items()}
-    clone, socket_nr, clone3 = nr_of["clone"], nr_of["socket"], nr_of["clone3"]
+    clone, clone3, socket_nr = nr_of["clone"], nr_of["clone3"], syscall_filter.DENIED["socket"][column]
     own_process_only = {nr_of["tgkill"], nr_of["rt_tgsigqueueinfo"]} if shared_host else set()
-    for nr in set(range(1024)) - {clone, socket_nr} - own_process_only:  # those depend on an argument
+    for nr in set(range(1024)) - {clone} - own_process_only:  # those depend on an argument: below
         want = EPERM_RET if nr in refused else ENOSYS_RET if nr == clone3 else ALLOW
         assert run_bpf(program, nr, arch) == want, nr
     thread_flags = 0x3D0F00  # what glibc's pthread_create passes to clone
     assert run_bpf(program, clone, arch, thread_flags) == ALLOW
     for new_namespace in (0x10000000, 0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000):
         assert run_bpf(program, clone, arch, thread_flags | new_namespace) == EPERM_RET
-    assert run_bpf(program, socket_nr, arch, socket.AF_UNIX) == (EPERM_RET if shared_host else ALLOW)
-    for family in (socket.AF_INET, socket.AF_INET6, 16, 17):  # and netlink, packet
+    for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, 16, 17):  # and netlink, packet
         assert run_bpf(program, socket_nr, arch, family) == EPERM_RET
     for nr in own_process_only:  # raise() and abort() signal the process itself
         assert run_bpf(program, nr, arch, pid) == ALLOW
@@ -632,11 +673,12 @@ FILTERED_PROBE = textwrap.dedent(
         "ptrace": errno_of(libc.ptrace(0, 0, None, None)),  # PTRACE_TRACEME
         "chroot": errno_of(libc.chroot(b"/")),
     }
-    try:
-        socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        out["inet_socket"] = 0
-    except OSError as e:
-        out["inet_socket"] = e.errno
+    for family in ("AF_INET", "AF_UNIX"):
+        try:
+            socket.socket(getattr(socket, family), socket.SOCK_STREAM)
+            out[family] = 0
+        except OSError as e:
+            out[family] = e.errno
     # What programs do need still works: Unix sockets, threads, fork, running a program.
     a, b = socket.socketpair()
     a.sendall(b"x")
@@ -663,7 +705,7 @@ def test_syscall_filter_refuses_the_kernels_attack_surface_and_allows_ordinary_p
     out = json.loads(proc.stdout)
     eperm = errno.EPERM
     assert out["unshare_user"] == out["unshare_mount"] == out["mount"] == eperm
-    assert out["ptrace"] == out["chroot"] == out["inet_socket"] == eperm
+    assert out["ptrace"] == out["chroot"] == out["AF_INET"] == out["AF_UNIX"] == eperm
     assert out["socketpair"] == "x" and out["thread"] == [1] and out["fork"] == 7
     assert out["program"] == "hi\n"  # glibc falls back from clone3 (ENOSYS) to clone
 

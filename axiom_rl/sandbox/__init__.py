@@ -29,10 +29,11 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
 - System calls (syscall_filter.py, a seccomp filter installed last, inherited by everything the
   submission starts, on x86-64 and aarch64): new namespaces, mounts, ptrace and other processes'
   memory, bpf, perf_event_open, userfaultfd, io_uring, key rings, kernel modules, kexec, reboot,
-  swap, the clock, and sockets other than Unix ones fail with EPERM, for native code as for
-  Python. This matters most without root, where a submission is root of its own user namespace
-  and could otherwise mount over its view of the tree or open new namespaces, and where
-  namespaces are refused, since it then closes the network to native code too.
+  swap, the clock, and new sockets of any kind (socketpair aside) fail with EPERM, for native
+  code as for Python. This matters most without root, where a submission is root of its own
+  user namespace and could otherwise mount over its view of the tree or open new namespaces;
+  and a read-only mount does not stop a connect() to a Unix socket file, such as a Docker
+  daemon's (root on the host, for a caller in the docker group) or a desktop session's bus.
 - Limits: CPU time per test call (a timer) and per submission (RLIMIT_CPU, kernel-enforced);
   wall-clock limits `wall_factor` times those, for code that sleeps or blocks; address space
   (RLIMIT_AS); processes (RLIMIT_NPROC); file size and tmpfs size; output volume (beyond
@@ -69,8 +70,7 @@ What is not covered:
   Linux 5.13+) lets it write only in its private directory, read nothing in the caller's home
   directory (without root; the interpreter's paths there excepted) and run no program, and
   from Linux 6.12 signal no process and reach no abstract Unix socket outside itself; the seccomp filter,
-  in a stricter form, refuses every socket (socketpair aside), execve, and signals to any
-  process but its own. Python audit hooks refuse subprocesses, ctypes and sockets besides. It can
+  in a stricter form, refuses execve too, and signals to any process but its own. Python audit hooks refuse subprocesses, ctypes and sockets besides. It can
   still read what the caller can read outside the home directory, and see the host's
   processes. On a kernel without
   Landlock it can write whatever its uid may, and `Sandbox.isolation` says that too: there,

@@ -17,8 +17,10 @@ Refused:
   perf_event_open, userfaultfd, io_uring, the key rings (add_key, request_key, keyctl);
 - administration: modules, kexec, reboot, swap, quotas, accounting, the clock, the host name,
   syslog, raw port I/O, file handles (open_by_handle_at);
-- sockets of any family but Unix: no network even where namespaces are unavailable (a
-  `socketpair`, as multiprocessing uses, still works);
+- new sockets (socket), of any family: no network even where namespaces are unavailable, and
+  no Unix socket of the host's, which a read-only mount does not protect (a Docker daemon's,
+  reachable by a caller in the docker group, is root on the host; a desktop session's bus can
+  start programs). A `socketpair`, as multiprocessing and asyncio use, still works;
 - on x86-64, the x32 and i386 system-call tables, which would otherwise sidestep the numbers
   checked here.
 
@@ -60,6 +62,7 @@ DENIED: dict[str, tuple[int | None, int | None]] = {  # name: (x86_64, aarch64)
     "fsmount": (432, 432),
     "fspick": (433, 433),
     "mount_setattr": (442, 442),
+    "socket": (41, 198),
     "bpf": (321, 280),
     "perf_event_open": (298, 241),
     "userfaultfd": (323, 282),
@@ -109,7 +112,6 @@ DENIED_ON_SHARED_HOST: dict[str, tuple[int | None, int | None]] = {
 }
 CHECKED_ARGS: dict[str, tuple[int, int]] = {
     "clone": (56, 220),
-    "socket": (41, 198),
     "clone3": (435, 435),
     "tgkill": (234, 131),  # shared host: its own process only (raise() and abort() use it)
     "rt_tgsigqueueinfo": (297, 240),
@@ -122,7 +124,6 @@ _ARCH = {  # platform.machine(): (index in the tables above, AUDIT_ARCH_*)
 X32_SYSCALL_BIT = 0x40000000
 CLONE_NEW_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 # NS, CGROUP, UTS, IPC, USER, PID, NET (CLONE_NEWTIME, 0x80, shares its bit with CSIGNAL: not checked)
-AF_UNIX = 1
 
 # Classic BPF, as in linux/filter.h and linux/seccomp.h.
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -167,8 +168,7 @@ def program(machine: str | None = None, shared_host: bool = False) -> Program | 
     """The filter for this machine's architecture (None where it has no table here).
 
     `shared_host`: the submission runs without namespaces, so in the host's pid space and file
-    system. It may then also not run programs (execve), signal any process but its own, or open
-    sockets of any kind (socketpair still works).
+    system. It may then also not run programs (execve) or signal any process but its own.
 
     The kernel runs the filter on every system call the submission makes (and, when it is
     installed, on every system-call number, to cache those always allowed), so the numbers are
@@ -183,8 +183,6 @@ def program(machine: str | None = None, shared_host: bool = False) -> Program | 
     checked = {name: numbers[col] for name, numbers in CHECKED_ARGS.items()}
     if not shared_host:
         del checked["tgkill"], checked["rt_tgsigqueueinfo"]
-    else:
-        refused = sorted([*refused, checked.pop("socket")])
     keys = sorted([*refused, *checked.values()])
     x32 = col == 0  # x86-64: x32 calls carry a high bit on its own numbers
     tree = 5 if x32 else 4  # where the search starts
@@ -198,9 +196,6 @@ def program(machine: str | None = None, shared_host: bool = False) -> Program | 
     # then falls back to clone, whose flags it can
     targets[checked["clone"]] = tail + len(checks)
     checks += [(_LD_W_ABS, _ARG0, 0, 0), (_JSET_K, CLONE_NEW_FLAGS, "eperm", "allow")]  # new namespaces
-    if "socket" in checked:
-        targets[checked["socket"]] = tail + len(checks)
-        checks += [(_LD_W_ABS, _ARG0, 0, 0), (_JEQ_K, AF_UNIX, "allow", "eperm")]  # Unix sockets only
     for name in ("tgkill", "rt_tgsigqueueinfo"):
         if name in checked:
             targets[checked[name]] = tail + len(checks)
