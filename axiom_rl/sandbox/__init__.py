@@ -16,9 +16,13 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   /run/lock are private tmpfs mounts that vanish with it, and the only places it can write:
   every other mount is read-only to it, so without root (where it runs as the caller's own uid,
   which may write the caller's files) and as root (world-writable directories) nothing outside
-  them changes. Its mount namespace is a copy of a template prepared once per worker slot
-  (private propagation, read-only, the covered directories below), so the per-job set-up is
-  only what must be fresh; the template itself is out of its reach.
+  them changes. Its /dev holds null, zero, full, random, urandom and tty alone: the host's
+  would offer what its permissions reach (without root, the caller's groups: a disk, the
+  webcam, keyboards; on some distributions /dev/kvm or the kernel's log for anyone), and a
+  read-only mount does not protect a device. Its mount namespace is a copy of a template
+  prepared once per worker slot (private propagation, read-only, its own /dev, the covered
+  directories below), so the per-job set-up is only what must be fresh; the template itself is
+  out of its reach.
 - Identity: started as root, each worker slot runs submissions as a uid of its own (from 61000,
   claimed through a lock so that no other slot on the machine, in this pool or another process's,
   runs as it), so a submission can neither write the parent's files, nor signal other processes,

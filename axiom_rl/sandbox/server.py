@@ -34,6 +34,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import sys
 import tempfile
@@ -99,6 +100,14 @@ KEPT_MOUNT_FLAGS = (
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (the shared table from 424 on)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+# All of /dev a submission sees (see _minimal_dev).
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEVICE_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
 # World-writable places a submission could otherwise leave files in: each gets a private tmpfs.
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
@@ -210,6 +219,14 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
             )
         for path, fd in handles.items():
             _bind_read_only(fd, path)
+        if cfg["null_is_a_file"] and cfg["scratch_dirs"]:
+            # A read-only plain file would refuse writes, and a writable one in the template would
+            # carry data from one job to the next: this job's own, in its scratch space.
+            shm = [d for d in cfg["scratch_dirs"] if d == "/dev/shm"]  # out of sight of /tmp's listing
+            null = os.path.join((shm or cfg["scratch_dirs"])[0], ".null")
+            os.close(os.open(null, os.O_CREAT | os.O_WRONLY, 0o666))
+            os.chmod(null, 0o666)  # past the umask: the submission's uid writes it
+            mount(null, "/dev/null", None, MS_BIND)
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # shows only our processes
     _limit(limits, nproc=uid is not None or not cfg["root"])
     if uid is not None:
@@ -331,10 +348,10 @@ def _slot_netns() -> int:
 
 def _mount_template(cfg: dict) -> int:
     """A mount namespace prepared once per slot, which every candidate copies: recursively private
-    (nothing mounted in a copy propagates to the host), read-only throughout, and, for an
-    unprivileged uid, with the directories it cannot enter (e.g. /root, where pyenv lives)
-    covered by an empty tmpfs and the interpreter bound back. Doing this once instead of per job saves about half a
-    millisecond of every verification. A candidate cannot change the template: it only ever
+    (nothing mounted in a copy propagates to the host), read-only throughout, with a /dev of
+    its own, and, for an unprivileged uid, with the directories it cannot enter (e.g. /root,
+    where pyenv lives) covered by an empty tmpfs and the interpreter bound back. Doing this once
+    instead of per job saves about half a millisecond of every verification. A candidate cannot change the template: it only ever
     holds a copy, and the template's own mounts are root's and read-only to it.
     """
 
@@ -348,9 +365,35 @@ def _mount_template(cfg: dict) -> int:
                 _bind_read_only(fd, path)
             else:
                 os.close(fd)
+        _minimal_dev(cfg["scratch_dirs"])
         _read_only_tree()
 
     return _prepared_namespace(CLONE_NEWNS, "mnt", prepare)
+
+
+def _minimal_dev(scratch_dirs: list[str]) -> None:
+    """Cover /dev with a tmpfs that holds only DEVICES, bound from the host's, the usual links, and
+    mount points for the scratch directories under it.
+
+    The host's /dev holds more than any task needs, within reach of a submission's permissions:
+    without root it has the caller's groups (disk, video, input: a disk, the webcam, keyboards),
+    and some nodes are open to everyone on some distributions (/dev/kvm, GPU render nodes,
+    /dev/kmsg, the kernel's log). A read-only mount does not protect a device node."""
+    handles = {}
+    for name in DEVICES:
+        with contextlib.suppress(OSError):
+            handles[name] = os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC)
+    mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=64k,nr_inodes=64")
+    for name, fd in handles.items():
+        with open(f"/dev/{name}", "w"):
+            pass  # a file to bind the node onto
+        mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+        os.close(fd)
+    for link, target in DEVICE_LINKS:
+        os.symlink(target, f"/dev/{link}")
+    for path in scratch_dirs:
+        if _is_within(path, "/dev"):
+            os.makedirs(path, exist_ok=True)
 
 
 def _limit(limits: dict, nproc: bool) -> None:
@@ -1051,6 +1094,8 @@ def configure(settings: dict) -> tuple[dict, str]:
         # directory (keys, tokens: everything the caller's own uid could otherwise read).
         "blocked_dirs": _blocked_dirs(paths) if root else [home] if home else [],
         "scratch_dirs": [d for d in SCRATCH_DIRS if os.path.isdir(d) and not os.path.islink(d)],
+        # Some containers and VMs have a plain file there, not the device (see isolate).
+        "null_is_a_file": not stat.S_ISCHR(os.stat(os.devnull).st_mode),
         "own_pid_ns": os.open("/proc/self/ns/pid", os.O_RDONLY) if namespaces else -1,
         # Reused across jobs only as root: an unprivileged candidate cannot change anything in it,
         # and every process of the previous job is dead before the slot runs the next one. In a
