@@ -567,6 +567,20 @@ def test_without_namespaces_writes_stay_in_the_submissions_directory(weak, world
     assert not target.exists()
 
 
+def test_landlock_reads_cover_everything_but_the_hidden_directories(tmp_path):
+    for d in ("home/alice/.ssh", "home/bob", "run/user/1000", "run/lock", "usr/lib"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "etc").write_text("a file")
+    hidden = [str(tmp_path / "home/alice"), str(tmp_path / "run/user/1000")]
+    readable = landlock_rules.readable_except(hidden, str(tmp_path))
+    assert sorted(Path(p).relative_to(tmp_path).as_posix() for p in readable) == [
+        "etc",
+        "home/bob",
+        "run/lock",
+        "usr",
+    ]
+
+
 RUN_A_PROGRAM = """
 import os
 from multiprocessing.util import spawnv_passfds  # _posixsubprocess underneath: no audit event
@@ -796,11 +810,13 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
             out["own_dir"] = value("def f(a):\\n    open('%s/x', 'w').write('x')\\n    return 'written'")
             out["home"] = value("import os\\ndef f(a):\\n    return os.listdir(os.path.expanduser('%s'))")
+            out["runtime"] = value("import os\\ndef f(a):\\n    return os.listdir('%s')")
             out["mount"] = value("import ctypes\\ndef f(a):\\n    libc = ctypes.CDLL(None, use_errno=True)\\n    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno()")
         with Sandbox(workers=1, limits=Limits(call_timeout=1, cpu_s=2, wall_factor=2), namespaces=False) as sb:
             out["weak_isolation"] = sb.isolation  # as where the kernel refuses user namespaces
             out["weak_own_dir"] = value("def f(a):\\n    open('%s/y', 'w').write('y')\\n    return 'written'")
             out["weak_home"] = value("def f(a):\\n    return open('%s/token').read()")
+            out["weak_runtime"] = value("def f(a):\\n    return open('%s/auth.json').read()")
         print(json.dumps(out))
         """
     )
@@ -811,10 +827,23 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     own_dir.mkdir()
     (own_dir / "token").write_text("secret")  # the caller's home: a submission must not see in
     os.chown(own_dir, 65534, 65534)
+    runtime = Path.cwd() / f".{marker()}"  # its XDG_RUNTIME_DIR (registry credentials, say)
+    runtime.mkdir()
+    (runtime / "auth.json").write_text("secret")
+    os.chown(runtime, 65534, 65534)
     proc = subprocess.run(
-        [str(SYSTEM_PYTHON), "-c", script % (listener.getsockname()[1], own_dir, own_dir, own_dir, own_dir)],
+        [
+            str(SYSTEM_PYTHON),
+            "-c",
+            script % (listener.getsockname()[1], own_dir, own_dir, runtime, own_dir, own_dir, runtime),
+        ],
         cwd="/tmp",
-        env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin", "HOME": str(own_dir)},  # its home, too
+        env={
+            "PYTHONPATH": str(repo),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(own_dir),
+            "XDG_RUNTIME_DIR": str(runtime),
+        },
         user=65534,
         group=65534,
         capture_output=True,
@@ -826,6 +855,8 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     for child in own_dir.iterdir():
         child.unlink()
     own_dir.rmdir()
+    (runtime / "auth.json").unlink()
+    runtime.rmdir()
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "user namespace" in out["isolation"]
@@ -838,11 +869,12 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     assert out["mount"]["value"] == {"$t": [-1, errno.EPERM]}
     # Its own uid may write the caller's files; the read-only tree refuses.
     assert "Read-only file system" in out["own_dir"]["error"] and written == []
-    assert out["home"]["value"] == []  # an empty tmpfs over the caller's home directory
+    assert out["home"]["value"] == out["runtime"]["value"] == []  # empty tmpfs over the caller's own
     if landlock_rules.abi_version():  # and without namespaces, Landlock refuses it
         assert "Landlock" in out["weak_isolation"] and "no Landlock" not in out["weak_isolation"]
         assert "Permission denied" in out["weak_own_dir"]["error"]
         assert "Permission denied" in out["weak_home"]["error"]  # the caller's home: unreadable
+        assert "Permission denied" in out["weak_runtime"]["error"]
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
 

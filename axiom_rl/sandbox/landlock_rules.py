@@ -21,6 +21,7 @@ import ctypes
 import os
 import stat
 import struct
+from collections.abc import Sequence
 
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 CREATE_RULESET_VERSION = 1
@@ -66,24 +67,24 @@ READS = READ_FILE | READ_DIR
 class Rules:
     """The rights this kernel's ABI can take away, worked out once (in the monitor)."""
 
-    def __init__(self, abi: int, hidden: str | None = None) -> None:
-        """`hidden`: a directory a submission may not read either (without root, the caller's
-        home: the submission runs as the caller's uid)."""
-        self.abi, self.hidden = abi, hidden
+    def __init__(self, abi: int, hidden: Sequence[str] = ()) -> None:
+        """`hidden`: directories a submission may not read either (without root, the caller's
+        home and runtime directories: the submission runs as the caller's uid)."""
+        self.abi, self.hidden = abi, list(hidden)
         self.writes = _WRITES_V1 | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
         self.handled_fs = self.writes | EXECUTE | (IOCTL_DEV if abi >= 5 else 0) | (READS if hidden else 0)
         self.handled_net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
         self.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
 
     def describe(self) -> str:
-        hidden = f", {self.hidden} unreadable" if self.hidden else ""
+        hidden = f", {' and '.join(self.hidden)} unreadable" if self.hidden else ""
         signals = ", no signals out" if self.scoped else ""
         return f"Landlock ABI {self.abi} (writes only in its directory{hidden}, no programs{signals})"
 
-    def ruleset(self, writable: str, readable: list[str] = ()) -> int:
+    def ruleset(self, writable: str, readable: Sequence[str] = ()) -> int:
         """A ruleset (a file descriptor) that lets a process write only under `writable` (and to
-        /dev/null) and, if a directory is hidden, read only under `writable`, the `readable`
-        paths and everywhere but the hidden directory. Built once; each submission's process
+        /dev/null) and, if directories are hidden, read only under `writable`, the `readable`
+        paths and everywhere but the hidden directories. Built once; each submission's process
         restricts itself with it (restrict_self)."""
         attr = struct.pack("=QQQ", self.handled_fs, self.handled_net, self.scoped)
         fd = _libc.syscall(SYS_CREATE_RULESET, attr, len(attr), 0)
@@ -120,18 +121,23 @@ class Rules:
 FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 
 
-def readable_except(hidden: str) -> list[str]:
-    """Paths whose subtrees hold everything on the file system but `hidden`: the siblings of
-    `hidden` and of each directory above it. Those directories themselves can then be passed
-    through but not listed."""
-    paths, parent = [], "/"
-    for part in hidden.strip("/").split("/"):
-        try:
-            names = os.listdir(parent)
-        except OSError:
-            names = []
-        paths += [os.path.join(parent, name) for name in sorted(names) if name != part]
-        parent = os.path.join(parent, part)
+def readable_except(hidden: Sequence[str], parent: str = "/") -> list[str]:
+    """Paths whose subtrees hold everything under `parent` but the `hidden` directories (absolute,
+    resolved): the siblings of each and of every directory above one. The directories above can
+    then be passed through but not listed."""
+    paths = []
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(parent, name)
+        if path in hidden:
+            continue
+        if any(h.startswith(path + "/") for h in hidden):
+            paths += readable_except(hidden, path)
+        else:
+            paths.append(path)
     return paths
 
 
@@ -142,6 +148,6 @@ def restrict_self(ruleset: int) -> None:
         raise _os_error("restrict_self")
 
 
-def for_this_kernel(hidden: str | None = None) -> Rules | None:
+def for_this_kernel(hidden: Sequence[str] = ()) -> Rules | None:
     abi = abi_version()
     return Rules(abi, hidden) if abi > 0 else None

@@ -141,7 +141,13 @@ class _Slot:
     def __init__(self, index: int, isolation: dict, uid: int | None = None) -> None:
         self.index, self.uid, self.isolation = index, uid, isolation
         ours, theirs = socket.socketpair()
-        settings = {**isolation, "uid": uid, "fallback_tmp": tempfile.gettempdir(), "home": str(Path.home())}
+        settings = {
+            **isolation,
+            "uid": uid,
+            "fallback_tmp": tempfile.gettempdir(),
+            # The caller's own directories, hidden from submissions that run as its uid (no root).
+            "private_dirs": [str(Path.home()), os.environ.get("XDG_RUNTIME_DIR", "")],
+        }
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (read only if the monitor fails to start)
         self.proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],

@@ -1022,15 +1022,15 @@ def _probe_syscall_filter(shared_host: bool) -> syscall_filter.Filter | None:
     return sieve if _succeeds_in_child(probe) else None
 
 
-def _weak_mode_landlock(cfg: dict, home: str | None) -> tuple[landlock_rules.Rules | None, int]:
+def _weak_mode_landlock(cfg: dict, private_dirs: list[str]) -> tuple[landlock_rules.Rules | None, int]:
     """Without namespaces: Landlock rules and the slot's ruleset (a descriptor every candidate
     restricts itself with), if the kernel has Landlock and takes them. Without root the
-    caller's home directory is hidden, the interpreter's paths in it excepted."""
-    hidden = None if cfg["root"] else _caller_home(home)
+    caller's home and runtime directories are hidden, the interpreter's paths in them excepted."""
+    hidden = [] if cfg["root"] else _caller_private_dirs(private_dirs)
     rules = landlock_rules.for_this_kernel(hidden)
     if rules is None:
         return None, -1
-    readable = [p for p in cfg["python_paths"] if hidden and _is_within(p, hidden)]
+    readable = [p for p in cfg["python_paths"] if any(_is_within(p, h) for h in hidden)]
     try:
         ruleset = rules.ruleset(cfg["slot_dir"], readable)
     except OSError:
@@ -1046,13 +1046,11 @@ def _weak_mode_landlock(cfg: dict, home: str | None) -> tuple[landlock_rules.Rul
     return None, -1
 
 
-def _caller_home(home: str | None) -> str | None:
-    """The caller's home directory, to hide from submissions that run as the caller's uid
-    (without root); None for a home of "/" or none."""
-    if not home:
-        return None
-    home = os.path.realpath(home)
-    return home if home != "/" and os.path.isdir(home) else None
+def _caller_private_dirs(candidates: list[str]) -> list[str]:
+    """The caller's home and runtime directories, to hide from submissions that run as the
+    caller's uid (without root): existing directories other than "/", outermost only."""
+    dirs = {os.path.realpath(d) for d in candidates if d and os.path.isdir(d)} - {"/"}
+    return sorted(d for d in dirs if not any(_is_within(d, o) for o in dirs if o != d))
 
 
 def _blocked_dirs(paths: list[str]) -> list[str]:
@@ -1081,7 +1079,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         }
     )
     paths = [p for p in paths if not any(_is_within(p, q) for q in paths if q != p)]  # outermost only
-    home = _caller_home(settings.get("home")) if namespaces and not root else None  # hidden by a mount
+    private = _caller_private_dirs(settings.get("private_dirs", [])) if namespaces and not root else []
     cfg = {
         "root": root,
         "namespaces": namespaces,
@@ -1092,7 +1090,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         # Covered by an empty tmpfs in the template, the interpreter's paths inside bound back:
         # as root, what the slot's uid could not enter anyway; without root, the caller's home
         # directory (keys, tokens: everything the caller's own uid could otherwise read).
-        "blocked_dirs": _blocked_dirs(paths) if root else [home] if home else [],
+        "blocked_dirs": _blocked_dirs(paths) if root else private,
         "scratch_dirs": [d for d in SCRATCH_DIRS if os.path.isdir(d) and not os.path.islink(d)],
         # Some containers and VMs have a plain file there, not the device (see isolate).
         "null_is_a_file": not stat.S_ISCHR(os.stat(os.devnull).st_mode),
@@ -1117,7 +1115,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         if root:
             os.chmod(cfg["slot_dir"], 0o711)
         # Nothing makes the tree read-only or hides the host's processes: Landlock instead.
-        cfg["landlock"], cfg["landlock_ruleset"] = _weak_mode_landlock(cfg, settings.get("home"))
+        cfg["landlock"], cfg["landlock_ruleset"] = _weak_mode_landlock(cfg, settings.get("private_dirs", []))
     # Without namespaces nothing can be bound back: the candidate reaches what it may not enter
     # through handles opened here (see _reach_through_handles).
     cfg["path_handles"] = (
