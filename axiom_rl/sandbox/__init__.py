@@ -61,24 +61,24 @@ What is not covered:
   the kernel's interface stays open). Where the kernel refuses filters, or on another
   architecture, there is none, and `Sandbox.isolation` says so.
 - The file system is readable wherever it is world-readable (outside /root-style directories;
-  without root, a submission runs as the caller's uid, and the caller's home directory is covered
-  by an empty tmpfs, the interpreter's paths inside it bound back): do not keep secrets, or
-  problem files with expected outputs, in world-readable places on a machine where you verify
-  untrusted code. Generated problems live in memory only.
+  without root, a submission runs as the caller's uid, and the caller's home and runtime
+  ($XDG_RUNTIME_DIR) directories are covered by an empty tmpfs, the interpreter's paths inside
+  bound back): do not keep secrets, or problem files with expected outputs, in world-readable
+  places on a machine where you verify untrusted code. Generated problems live in memory only.
 - CPU and memory bandwidth are shared: a submission can slow others down (never past their
   wall-clock limits, which are generous for that reason).
 - Without namespaces (the kernel refuses them: Ubuntu 24.04 restricts unprivileged user
   namespaces, for one), isolation is weaker, and `Sandbox.isolation` says so. The submission
   shares the host's file system and process list and, without root, runs as the caller's uid.
-  What holds it is the kernel's, for native code as for Python: Landlock (landlock_rules.py,
+  What holds it is the kernel's, for native code as for Python. Landlock (landlock_rules.py,
   Linux 5.13+) lets it write only in its private directory, read nothing in the caller's home
-  directory (without root; the interpreter's paths there excepted) and run no program, and
-  from Linux 6.12 signal no process and reach no abstract Unix socket outside itself; the seccomp filter,
-  in a stricter form, refuses execve too, and signals to any process but its own. Python audit hooks refuse subprocesses, ctypes and sockets besides. It can
-  still read what the caller can read outside the home directory, and see the host's
-  processes. On a kernel without
-  Landlock it can write whatever its uid may, and `Sandbox.isolation` says that too: there,
-  verify as root (a uid of its own) or in a container.
+  and runtime directories (without root; the interpreter's paths there excepted) and run no
+  program, and from Linux 6.12 signal no process and reach no abstract Unix socket outside
+  itself. The seccomp filter, in a stricter form, refuses execve too, and signals to any
+  process but its own. Python audit hooks refuse subprocesses, ctypes and sockets besides. It
+  can still read what the caller can read elsewhere, and see the host's processes. On a kernel
+  without Landlock it can write whatever its uid may, and `Sandbox.isolation` says that too:
+  there, verify as root (a uid of its own) or in a container.
 - Test code itself (HumanEval's `check`, MBPP's asserts) is trusted input: the judge runs it
   with memory and file limits but with the monitor's identity and no namespaces of its own
   (so that whatever tests import loads as anywhere), in a fresh namespace dict per job but a

@@ -1,6 +1,7 @@
 """Landlock rules for a submission that runs without namespaces: it may write only inside its own
-directory, run no program, read nothing in the caller's home directory (without root), and, on
-kernels that can scope them, signal no process and reach no abstract Unix socket outside itself.
+directory, run no program, read nothing in the caller's home and runtime directories (without
+root), and, on kernels that can scope them, signal no process and reach no abstract Unix socket
+outside itself.
 
 Without namespaces there is no private mount tree to make read-only and no pid namespace to hide
 the host's processes, and without root the submission runs as the caller's own uid: permissions
