@@ -581,6 +581,61 @@ def test_landlock_reads_cover_everything_but_the_hidden_directories(tmp_path):
     ]
 
 
+DETACHED_DAEMON = """
+import os, time
+def f():
+    if os.fork() == 0:
+        os.setsid()  # out of the submission's session and process group
+        if os.fork() == 0:
+            while True:
+                time.sleep(0.05)
+        os._exit(0)
+    time.sleep(0.1)
+    return None
+"""
+
+
+def test_without_namespaces_a_daemon_that_detaches_is_killed(weak):
+    """No pid namespace to end with the submission: a daemon that left its process group outlived
+    it, free to meddle with the next submission's directory (a uid per slot, as root) or to run
+    on (the caller's uid, without root)."""
+    call_once(weak, DETACHED_DAEMON)
+    assert not wait_for_no_leftovers(1.0)
+
+
+CHILDREN_PROBE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    sys.path.insert(0, sys.argv[1])
+    import server
+
+    kids = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        kids.append(pid)
+    try:
+        print(json.dumps([sorted(kids), sorted(server._children()), sorted(server._children_by_parent())]))
+    finally:
+        for pid in kids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    """
+)
+
+
+def test_the_monitor_finds_its_children_with_and_without_proc_children():
+    sandbox_dir = Path(__file__).resolve().parents[1] / "axiom_rl" / "sandbox"
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILDREN_PROBE, str(sandbox_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kids, listed, scanned = json.loads(proc.stdout)
+    assert kids == listed == scanned
+
+
 RUN_A_PROGRAM = """
 import os
 from multiprocessing.util import spawnv_passfds  # _posixsubprocess underneath: no audit event

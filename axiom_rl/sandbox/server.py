@@ -99,7 +99,7 @@ KEPT_MOUNT_FLAGS = (
 )
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (the shared table from 424 on)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 # All of /dev a submission sees (see _minimal_dev).
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 DEVICE_LINKS = (
@@ -794,10 +794,46 @@ def _reap(pid: int) -> dict:
 
 def _kill(pid: int) -> None:
     # The candidate is init of its pid namespace: killing it kills everything it started, even
-    # processes that left its session. Without namespaces, its process group is the best we have.
+    # processes that left its session. Without namespaces, its process group goes with it here,
+    # and whatever left the group with _kill_orphans.
     for kill in (os.kill, os.killpg):
         with contextlib.suppress(OSError):
             kill(pid, signal.SIGKILL)
+
+
+def _children() -> set[int]:
+    """The monitor's child processes."""
+    pids: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN
+        return _children_by_parent()
+    return pids
+
+
+def _children_by_parent() -> set[int]:
+    """_children, read from every process's parent (slower)."""
+    me, pids = os.getpid(), set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
+            if int(f.read().rsplit(")", 1)[1].split()[1]) == me:  # field 4, the parent, after the name
+                pids.add(int(entry))
+    return pids
+
+
+def _kill_orphans(keep: int) -> None:
+    """Without namespaces: kill every process a job left behind. The monitor is their subreaper
+    (see configure): a daemon that left the submission's session is re-parented to it, not to
+    init, when its parent dies. Repeated, since one may fork while it is being killed."""
+    for _ in range(1000):
+        orphans = _children() - {keep}
+        if not orphans:
+            return
+        for pid in orphans:
+            _kill(pid)
+            _reap(pid)
 
 
 def run_job(job: dict, cfg: dict) -> dict:
@@ -894,6 +930,8 @@ def run_job(job: dict, cfg: dict) -> dict:
             break
     _kill(cand_pid)
     exit_info = _reap(cand_pid)
+    if not cfg["namespaces"]:
+        _kill_orphans(keep=cfg["judge"].pid)
     judge_exit = None
     if mode == "assert" and not finished:
         # The judge did not answer in time (or its channel broke): it may still be running the
@@ -1128,6 +1166,8 @@ def configure(settings: dict) -> tuple[dict, str]:
         else {}
     )
     cfg["judge"] = Judge(cfg)
+    if not namespaces:  # what a job's processes leave behind comes back to us (_kill_orphans)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
     who = (
         "an unprivileged uid per worker"
         if root
