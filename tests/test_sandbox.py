@@ -852,7 +852,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
         pytest.skip("the repository is not readable by other users")
     script = textwrap.dedent(
         """
-        import json, os, socket
+        import json, os, socket, subprocess
         from axiom_rl.sandbox import Sandbox, Limits
         with Sandbox(workers=2, limits=Limits(call_timeout=1, cpu_s=2, wall_factor=2)) as sb:
             out = {"isolation": sb.isolation}
@@ -867,11 +867,18 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["home"] = value("import os\\ndef f(a):\\n    return os.listdir(os.path.expanduser('%s'))")
             out["runtime"] = value("import os\\ndef f(a):\\n    return os.listdir('%s')")
             out["mount"] = value("import ctypes\\ndef f(a):\\n    libc = ctypes.CDLL(None, use_errno=True)\\n    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno()")
+        # The caller's other processes count against the process limit there (no namespace to
+        # count in): more of them than the limit and its slack, as on a desktop.
+        others = [subprocess.Popen(["sleep", "60"]) for _ in range(100)]
         with Sandbox(workers=1, limits=Limits(call_timeout=1, cpu_s=2, wall_factor=2), namespaces=False) as sb:
             out["weak_isolation"] = sb.isolation  # as where the kernel refuses user namespaces
             out["weak_own_dir"] = value("def f(a):\\n    open('%s/y', 'w').write('y')\\n    return 'written'")
             out["weak_home"] = value("def f(a):\\n    return open('%s/token').read()")
             out["weak_runtime"] = value("def f(a):\\n    return open('%s/auth.json').read()")
+            out["weak_thread"] = value("import threading\\ndef f(a):\\n    t = threading.Thread(target=print)\\n    t.start()\\n    t.join()\\n    return 1")
+            out["weak_bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
+            for p in others:
+                p.kill()
         print(json.dumps(out))
         """
     )
@@ -930,6 +937,10 @@ def test_unprivileged_user_gets_user_namespace_isolation():
         assert "Permission denied" in out["weak_own_dir"]["error"]
         assert "Permission denied" in out["weak_home"]["error"]  # the caller's home: unreadable
         assert "Permission denied" in out["weak_runtime"]["error"]
+    assert out["weak_thread"].get("value") == 1, out[
+        "weak_thread"
+    ]  # more of the caller's processes than the limit: was refused
+    assert out["weak_bomb"]["ok"] is False
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
 
