@@ -28,6 +28,38 @@ def model64(seed=0, size=GQA):
     return model, tok
 
 
+def other_architecture(arch: str, seed: int = 0, **overrides):
+    """A float64 model of another architecture the loop computes the same way as Qwen2 (GQA,
+    untied head unless asked), with the byte-level tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    tok = build_char_tokenizer()
+    config_class, model_class = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM),
+    }[arch]
+    kwargs = dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False, pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    if arch == "mistral":
+        kwargs["sliding_window"] = None
+    kwargs.update(overrides)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = model_class(config_class(**kwargs)).double().eval()
+    return model, tok
+
+
+ARCHITECTURES = [
+    pytest.param(lambda seed: model64(seed), id="qwen2"),
+    pytest.param(lambda seed: other_architecture("llama", seed), id="llama"),
+    pytest.param(lambda seed: other_architecture("llama", seed, tie_word_embeddings=True), id="llama-tied"),
+    pytest.param(lambda seed: other_architecture("mistral", seed), id="mistral"),
+]
+
+
 def hf_logits(model, ids, real):
     positions = (real.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
@@ -48,15 +80,23 @@ def ragged(tok, texts):
 TEXTS = ["3 5 7 -> 22\n<answer>", "12 -> 1\n<a", "hello world, a longer prompt than the others"]
 
 
-def test_supports_qwen2_with_or_without_lora_and_nothing_else():
+def test_supports_qwen2_llama_and_mistral_with_or_without_lora_and_nothing_else():
     model, _ = build_tiny_model("nano")
     assert supports(model)
     assert supports(apply_lora(model, 4, 8, 0.0, "all-linear"))
+    assert supports(other_architecture("llama")[0]) and supports(other_architecture("mistral")[0])
     assert not supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)))
+    # What the loop does not compute: biases where Qwen2 has none, a sliding window, scaled rotary.
+    assert not supports(other_architecture("llama", attention_bias=True)[0])
+    assert not supports(other_architecture("llama", mlp_bias=True)[0])
+    assert not supports(other_architecture("mistral", sliding_window=16)[0])
+    yarn = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    assert not supports(other_architecture("llama", rope_parameters=yarn)[0])
 
 
-def test_teacher_forced_logits_equal_the_transformers_forward():
-    model, tok = model64()
+@pytest.mark.parametrize("build", ARCHITECTURES)
+def test_teacher_forced_logits_equal_the_transformers_forward(build):
+    model, tok = build(0)
     ids, real = ragged(tok, TEXTS)
     ours = teacher_forced_logits(model, ids, real)
     theirs = hf_logits(model, ids, real)
@@ -71,8 +111,9 @@ def test_bfloat16_logits_stay_close_to_the_transformers_forward():
     assert (ours.float() - theirs.float()).abs().max() < 0.02  # bfloat16 rounding, not a different model
 
 
-def test_lora_is_folded_into_the_weights_exactly():
-    model, tok = model64(seed=1)
+@pytest.mark.parametrize("build", ARCHITECTURES)
+def test_lora_is_folded_into_the_weights_exactly(build):
+    model, tok = build(1)
     peft_model = apply_lora(model, 4, 8, 0.0, "all-linear")
     with torch.no_grad():  # non-zero adapters, so the fold matters
         for name, p in peft_model.named_parameters():
@@ -90,8 +131,9 @@ def test_lora_is_folded_into_the_weights_exactly():
         )
 
 
-def test_greedy_decoding_matches_transformers_generate():
-    model, tok = model64(seed=2)
+@pytest.mark.parametrize("build", ARCHITECTURES)
+def test_greedy_decoding_matches_transformers_generate(build):
+    model, tok = build(2)
     args = (model, tok, TEXTS, 2, 12, 0.0, 1.0, [], 512)
     fast, slow = FastBackend().generate(*args), HFBackend().generate(*args)
     assert fast.completion_ids == slow.completion_ids and fast.texts == slow.texts

@@ -134,6 +134,16 @@ def _tiny_llama():
     return LlamaForCausalLM(cfg)
 
 
+def _tiny_mistral():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, sliding_window=None,
+    )  # fmt: skip
+    return MistralForCausalLM(cfg)
+
+
 def _forward_backward(model, ids):
     """Logits, every parameter's gradient, and the bytes of distinct storages kept for backward."""
     import torch
@@ -162,7 +172,7 @@ def _lora_on_down_proj(model):
     return model
 
 
-@pytest.mark.parametrize("family", ["qwen2", "llama", "qwen2-lora"])
+@pytest.mark.parametrize("family", ["qwen2", "llama", "mistral", "qwen2-lora"])
 def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family):
     """Two [rows, tokens, intermediate] tensors fewer per layer, silu(gate) and the product
     down_proj reads; with a LoRA layer on down_proj the product stays that layer's input, so one."""
@@ -171,7 +181,8 @@ def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family):
     from axiom_rl.models.activation_memory import lean_mlp_activations
 
     torch.manual_seed(0)
-    model = _tiny_llama() if family == "llama" else build_tiny_model("micro", seed=3)[0]
+    others = {"llama": _tiny_llama, "mistral": _tiny_mistral}
+    model = others[family]() if family in others else build_tiny_model("micro", seed=3)[0]
     if family == "qwen2-lora":
         model = _lora_on_down_proj(model)
     lean = copy.deepcopy(model)
@@ -255,10 +266,33 @@ def test_a_hub_name_loads_from_the_local_cache_when_the_hub_cannot_be_reached(tm
     )
 
 
+def test_a_llama_model_trains_through_the_fast_decode_loop(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from axiom_rl.config import TrainConfig
+    from axiom_rl.train.grpo import train
+
+    _, tok = build_tiny_model("nano")
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    model_dir = tmp_path / "llama"
+    LlamaForCausalLM(cfg).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    run = tmp_path / "run"
+    result = train(
+        TrainConfig(model=str(model_dir), finetune="lora", tasks=["countdown"], steps=2, prompts_per_step=2,
+                    num_generations=2, max_completion_length=8, output_dir=str(run), save_every=0),
+        say=lambda m: None,
+    )  # fmt: skip
+    assert result.steps == 2 and "rollout backend fast" in (run / "train.log").read_text()
+
+
 def test_a_model_of_another_architecture_trains_and_evaluates(tmp_path):
-    """Not only Qwen2: a Llama model directory (the fast decode loop does not take it, so the
-    rollouts go through transformers' generate) trains with full fine-tuning and with LoRA, and
-    the adapter it saves evaluates, merged onto that directory."""
+    """A model the fast decode loop does not take (a Llama with biases on its attention: the loop
+    adds no o_proj bias), so the rollouts go through transformers' generate, trains with full
+    fine-tuning and with LoRA, and the adapter it saves evaluates, merged onto that directory."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from axiom_rl.config import EvalConfig, TrainConfig
@@ -270,6 +304,7 @@ def test_a_model_of_another_architecture_trains_and_evaluates(tmp_path):
     cfg = LlamaConfig(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=256, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        attention_bias=True,
     )  # fmt: skip
     model_dir = tmp_path / "llama"
     LlamaForCausalLM(cfg).save_pretrained(model_dir)

@@ -1,4 +1,5 @@
-"""A fast rollout backend for Qwen2-architecture models: axiom-rl's own decode loop.
+"""A fast rollout backend for Qwen2-architecture models (and Llama and Mistral, which compute the
+same): axiom-rl's own decode loop.
 
 What transformers' `generate` pays per token -- cache objects, mask building, logits processors,
 output dataclasses, Python per layer of indirection -- is most of the time of a small model on a
@@ -16,8 +17,8 @@ CPU. This loop runs the same arithmetic with nothing else:
   graph and replayed per token (see _StaticDecode): there, launching kernels is the cost.
 
 It reads the model's own parameters, so it always samples from the current policy. `supports`
-says which models it handles (standard Qwen2 causal LMs, with or without LoRA); the trainer falls
-back to `hf` for anything else. tests/test_fast_rollout.py checks its log-probs against the
+says which models it handles (standard Qwen2, Llama and Mistral causal LMs, with or without
+LoRA); the trainer falls back to `hf` for anything else. tests/test_fast_rollout.py checks its log-probs against the
 transformers forward pass.
 """
 
@@ -41,18 +42,31 @@ def _base_model(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+# Causal LMs whose decoder computes what Qwen2's does, given the configuration checks in supports():
+# RMSNorm, grouped-query attention with rotary embeddings on halves, a gated SiLU MLP, and the same
+# module names. Qwen2 has biases on q, k and v; Llama and Mistral none (or biases this loop does
+# not add, on o_proj and the MLP, which supports() refuses).
+ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
+
+
 def supports(model: Any) -> bool:
     base = _base_model(model)
-    if type(base).__name__ != "Qwen2ForCausalLM":
+    if type(base).__name__ not in ARCHITECTURES:
         return False
     cfg = base.config
     rope = getattr(cfg, "rope_scaling", None) or {}
     rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    sliding = getattr(cfg, "use_sliding_window", False)  # Qwen2's switch
+    if type(base).__name__ == "MistralForCausalLM":  # Mistral has a window unless it is None
+        sliding = getattr(cfg, "sliding_window", None) is not None
     return (
-        not getattr(cfg, "use_sliding_window", False)
+        not sliding
         and getattr(cfg, "hidden_act", "silu") == "silu"
         and rope_type == "default"
         and getattr(cfg, "attention_dropout", 0.0) == 0.0
+        and not getattr(cfg, "attention_bias", False)  # Llama's would be on o_proj too
+        and not getattr(cfg, "mlp_bias", False)
+        and getattr(cfg, "pretraining_tp", 1) <= 1
     )
 
 
