@@ -31,12 +31,20 @@ def model64(seed=0, size=GQA):
 def other_architecture(arch: str, seed: int = 0, **overrides):
     """A float64 model of another architecture the loop computes the same way as Qwen2 (GQA,
     untied head unless asked), with the byte-level tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     tok = build_char_tokenizer()
     config_class, model_class = {
         "llama": (LlamaConfig, LlamaForCausalLM),
         "mistral": (MistralConfig, MistralForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
     }[arch]
     kwargs = dict(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -57,6 +65,8 @@ ARCHITECTURES = [
     pytest.param(lambda seed: other_architecture("llama", seed), id="llama"),
     pytest.param(lambda seed: other_architecture("llama", seed, tie_word_embeddings=True), id="llama-tied"),
     pytest.param(lambda seed: other_architecture("mistral", seed), id="mistral"),
+    # heads of 32 against hidden 64 / 4 heads: q_proj's width is not the hidden size
+    pytest.param(lambda seed: other_architecture("qwen3", seed, head_dim=32), id="qwen3"),
 ]
 
 
@@ -80,11 +90,11 @@ def ragged(tok, texts):
 TEXTS = ["3 5 7 -> 22\n<answer>", "12 -> 1\n<a", "hello world, a longer prompt than the others"]
 
 
-def test_supports_qwen2_llama_and_mistral_with_or_without_lora_and_nothing_else():
+def test_supports_qwen2_qwen3_llama_and_mistral_with_or_without_lora_and_nothing_else():
     model, _ = build_tiny_model("nano")
     assert supports(model)
     assert supports(apply_lora(model, 4, 8, 0.0, "all-linear"))
-    assert supports(other_architecture("llama")[0]) and supports(other_architecture("mistral")[0])
+    assert all(supports(other_architecture(arch)[0]) for arch in ("llama", "mistral", "qwen3"))
     assert not supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)))
     # What the loop does not compute: biases where Qwen2 has none, a sliding window, scaled rotary.
     assert not supports(other_architecture("llama", attention_bias=True)[0])

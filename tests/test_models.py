@@ -144,6 +144,16 @@ def _tiny_mistral():
     return MistralForCausalLM(cfg)
 
 
+def _tiny_qwen3():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=88, num_hidden_layers=2, head_dim=8,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    return Qwen3ForCausalLM(cfg)
+
+
 def _forward_backward(model, ids):
     """Logits, every parameter's gradient, and the bytes of distinct storages kept for backward."""
     import torch
@@ -172,7 +182,7 @@ def _lora_on_down_proj(model):
     return model
 
 
-@pytest.mark.parametrize("family", ["qwen2", "llama", "mistral", "qwen2-lora"])
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama", "mistral", "qwen2-lora"])
 def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family):
     """Two [rows, tokens, intermediate] tensors fewer per layer, silu(gate) and the product
     down_proj reads; with a LoRA layer on down_proj the product stays that layer's input, so one."""
@@ -181,7 +191,7 @@ def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family):
     from axiom_rl.models.activation_memory import lean_mlp_activations
 
     torch.manual_seed(0)
-    others = {"llama": _tiny_llama, "mistral": _tiny_mistral}
+    others = {"llama": _tiny_llama, "mistral": _tiny_mistral, "qwen3": _tiny_qwen3}
     model = others[family]() if family in others else build_tiny_model("micro", seed=3)[0]
     if family == "qwen2-lora":
         model = _lora_on_down_proj(model)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 # MLP classes whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x)) (transformers 5.x).
-GATED_MLPS = ("Qwen2MLP", "LlamaMLP", "MistralMLP")
+GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
 
 
 class _SiluMul(torch.autograd.Function):

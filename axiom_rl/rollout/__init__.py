@@ -92,7 +92,7 @@ BACKENDS = ("auto", "fast", "hf")
 
 
 def get_backend(name: str, model: Any = None, min_new_tokens: int = 0) -> RolloutBackend:
-    """'fast' (axiom-rl's decode loop: Qwen2, Llama and Mistral models), 'hf' (transformers
+    """'fast' (axiom-rl's decode loop: Qwen2, Qwen3, Llama and Mistral models), 'hf' (transformers
     generate), or 'auto' (fast where it supports the model, else hf)."""
     from .fast import FastBackend, supports
     from .hf import HFBackend
@@ -102,7 +102,7 @@ def get_backend(name: str, model: Any = None, min_new_tokens: int = 0) -> Rollou
     if name == "fast":
         if model is not None and not supports(model):
             raise UserError(
-                "the fast rollout backend supports Qwen2, Llama and Mistral models (default rotary "
+                "the fast rollout backend supports Qwen2, Qwen3, Llama and Mistral models (default rotary "
                 "embeddings, no sliding window, no biases beyond Qwen2's); use --rollout-backend hf"
             )
         return FastBackend(min_new_tokens)

@@ -1,5 +1,5 @@
-"""A fast rollout backend for Qwen2-architecture models (and Llama and Mistral, which compute the
-same): axiom-rl's own decode loop.
+"""A fast rollout backend for Qwen2-architecture models (and Qwen3, Llama and Mistral, which
+compute nearly the same): axiom-rl's own decode loop.
 
 What transformers' `generate` pays per token -- cache objects, mask building, logits processors,
 output dataclasses, Python per layer of indirection -- is most of the time of a small model on a
@@ -17,8 +17,8 @@ CPU. This loop runs the same arithmetic with nothing else:
   graph and replayed per token (see _StaticDecode): there, launching kernels is the cost.
 
 It reads the model's own parameters, so it always samples from the current policy. `supports`
-says which models it handles (standard Qwen2, Llama and Mistral causal LMs, with or without
-LoRA); the trainer falls back to `hf` for anything else. tests/test_fast_rollout.py checks its log-probs against the
+says which models it handles (standard Qwen2, Qwen3, Llama and Mistral causal LMs, with or
+without LoRA); the trainer falls back to `hf` for anything else. tests/test_fast_rollout.py checks its log-probs against the
 transformers forward pass.
 """
 
@@ -45,8 +45,9 @@ def _base_model(model: Any) -> Any:
 # Causal LMs whose decoder computes what Qwen2's does, given the configuration checks in supports():
 # RMSNorm, grouped-query attention with rotary embeddings on halves, a gated SiLU MLP, and the same
 # module names. Qwen2 has biases on q, k and v; Llama and Mistral none (or biases this loop does
-# not add, on o_proj and the MLP, which supports() refuses).
-ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
+# not add, on o_proj and the MLP, which supports() refuses); Qwen3 none, and an RMSNorm of each
+# head's query and key before the rotary embedding.
+ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 
 
 def supports(model: Any) -> bool:
@@ -94,6 +95,8 @@ class _Layer:
     ln2: torch.Tensor
     wgu: torch.Tensor  # [2 * inter, d]
     wdown: torch.Tensor
+    q_norm: torch.Tensor | None = None  # Qwen3: RMSNorm of each head's query and key, before rotary
+    k_norm: torch.Tensor | None = None
 
 
 class _Weights:
@@ -132,6 +135,8 @@ class _Weights:
                     layer.post_attention_layernorm.weight,
                     torch.cat([wg, wu]),
                     _effective(mlp.down_proj)[0],
+                    att.q_norm.weight if hasattr(att, "q_norm") else None,
+                    att.k_norm.weight if hasattr(att, "k_norm") else None,
                 )
             )
 
@@ -185,7 +190,12 @@ def _forward(
         y = _rms(x, layer.ln1, w.eps)
         qkv = F.linear(y, layer.wqkv, layer.bqkv)  # [N, S, (h + 2 kvh) hd]
         qk, v = qkv.split([(h + kvh) * hd, kvh * hd], dim=-1)
-        qk = _rotate(qk.view(n, s, h + kvh, hd).transpose(1, 2), c, si)  # q and k rotated together
+        qk = qk.view(n, s, h + kvh, hd)
+        if layer.q_norm is not None:
+            qk = torch.cat(
+                [_rms(qk[:, :, :h], layer.q_norm, w.eps), _rms(qk[:, :, h:], layer.k_norm, w.eps)], 2
+            )
+        qk = _rotate(qk.transpose(1, 2), c, si)  # q and k rotated together
         q, k = qk[:, :h], qk[:, h:]  # [N, h, S, hd], [N, kvh, S, hd]
         keys = _store(cache_k[i], start, k)
         values = _store(cache_v[i], start, v.view(n, s, kvh, hd).transpose(1, 2))
