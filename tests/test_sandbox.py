@@ -267,6 +267,43 @@ def test_connecting_to_a_unix_socket_of_the_host(sandbox):
     assert got == []
 
 
+DEV_PROBE = """
+import os, subprocess
+def f(host_devices):
+    seen = sorted(os.listdir("/dev"))
+    reachable = [d for d in host_devices if os.path.exists("/dev/" + d)]
+    with open("/dev/null", "w") as null:
+        null.write("discarded")
+    ran = subprocess.run(["/bin/sh", "-c", "echo hi"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return seen, reachable, len(open("/dev/urandom", "rb").read(16)), ran.stdout
+"""
+
+
+def test_dev_holds_only_what_programs_need(sandbox):
+    """The host's /dev is within reach of a submission's permissions: without root it has the
+    caller's groups (a disk, the webcam, keyboards), and some nodes are open to all on some
+    distributions (/dev/kvm, /dev/kmsg). Its /dev is a tmpfs with a few devices bound in."""
+    host_devices = sorted(set(os.listdir("/dev")) - {"null", "zero", "full", "random", "urandom", "tty"})
+    r = sandbox.run_calls(DEV_PROBE, "f", [[host_devices]])
+    assert r.messages[1]["ok"], r.messages
+    seen, reachable, random_bytes, ran = decode_value(r.messages[1]["value"])
+    assert set(seen) <= {
+        "null",
+        "zero",
+        "full",
+        "random",
+        "urandom",
+        "tty",
+        "fd",
+        "stdin",
+        "stdout",
+        "stderr",
+        "shm",
+    }
+    assert reachable == [d for d in host_devices if d in ("fd", "stdin", "stdout", "stderr", "shm")]
+    assert random_bytes == 16 and ran == b"hi\n"  # and /dev/null took a write
+
+
 def test_reading_expected_values(sandbox):
     secret = f"SECRET-{uuid.uuid4().hex}"
     p = problem(((1, 2), secret))  # only a program that finds the expected value can pass

@@ -220,13 +220,7 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
         for path, fd in handles.items():
             _bind_read_only(fd, path)
         if cfg["null_is_a_file"] and cfg["scratch_dirs"]:
-            # A read-only plain file would refuse writes, and a writable one in the template would
-            # carry data from one job to the next: this job's own, in its scratch space.
-            shm = [d for d in cfg["scratch_dirs"] if d == "/dev/shm"]  # out of sight of /tmp's listing
-            null = os.path.join((shm or cfg["scratch_dirs"])[0], ".null")
-            os.close(os.open(null, os.O_CREAT | os.O_WRONLY, 0o666))
-            os.chmod(null, 0o666)  # past the umask: the submission's uid writes it
-            mount(null, "/dev/null", None, MS_BIND)
+            _own_dev_null(cfg["scratch_dirs"])
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # shows only our processes
     _limit(limits, nproc=uid is not None or not cfg["root"])
     if uid is not None:
@@ -249,6 +243,17 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str) -> None:
     if not cfg["namespaces"]:
         _reach_through_handles(cfg["path_handles"])
         _install_audit_guard()
+
+
+def _own_dev_null(scratch_dirs: list[str]) -> None:
+    """Where the host's /dev/null is a plain file (some containers and VMs), give this job one of
+    its own in its scratch space: the template's, read-only, would refuse writes, and a writable
+    one there would carry data from one job to the next."""
+    shm = [d for d in scratch_dirs if d == "/dev/shm"]  # out of sight of /tmp's listing
+    null = os.path.join((shm or scratch_dirs)[0], ".null")
+    os.close(os.open(null, os.O_CREAT | os.O_WRONLY, 0o666))
+    os.chmod(null, 0o666)  # past the umask: the submission's uid writes it
+    mount(null, "/dev/null", None, MS_BIND)
 
 
 def _reach_through_handles(handles: dict[str, int]) -> None:
@@ -1195,28 +1200,36 @@ def configure(settings: dict) -> tuple[dict, str]:
     cfg["judge"] = Judge(cfg)
     if not namespaces:  # what a job's processes leave behind comes back to us (_kill_orphans)
         prctl(PR_SET_CHILD_SUBREAPER, 1)
-    who = (
-        "an unprivileged uid per worker"
-        if root
-        else ("the caller's uid (user namespace)" if namespaces else "the caller's uid")
-    )
+    return cfg, _isolation_summary(cfg, settings)
+
+
+def _isolation_summary(cfg: dict, settings: dict) -> str:
+    """One line for `Sandbox.isolation`: what holds a submission on this machine, and what does not."""
+    if cfg["root"]:
+        who = "an unprivileged uid per worker"
+    elif cfg["namespaces"]:
+        who = (
+            "the caller's uid (user namespace), its home hidden"
+            if cfg["blocked_dirs"]
+            else "the caller's uid (user namespace)"
+        )
+    else:
+        who = "the caller's uid"
     if cfg["syscall_filter"]:
         filtered = "a seccomp filter"
     elif not settings.get("syscall_filter", True):
         filtered = "no seccomp filter (switched off)"
     else:
         filtered = f"no seccomp filter ({'the kernel refused it' if syscall_filter.program() else 'none for this CPU'})"
-    if namespaces:
-        mode = f"namespaces (pid, net, mount, ipc), private tmpfs, {who}, rlimits, {filtered}"
-    else:
-        why = "the kernel refused" if settings.get("namespaces", True) else "switched off"
-        landlock = (
-            cfg["landlock"].describe()
-            if cfg["landlock"]
-            else "no Landlock (files its uid may write are writable)"
-        )
-        mode = f"WEAKER: no namespaces ({why}); {who}, rlimits, {filtered}, {landlock}, audit hooks"
-    return cfg, mode
+    if cfg["namespaces"]:
+        return f"namespaces (pid, net, mount, ipc), read-only files but a private tmpfs, {who}, rlimits, {filtered}"
+    why = "the kernel refused" if settings.get("namespaces", True) else "switched off"
+    landlock = (
+        cfg["landlock"].describe()
+        if cfg["landlock"]
+        else "no Landlock (files its uid may write are writable)"
+    )
+    return f"WEAKER: no namespaces ({why}); {who}, rlimits, {filtered}, {landlock}, audit hooks"
 
 
 def main() -> None:
