@@ -113,8 +113,9 @@ def test_teacher_forced_logits_equal_the_transformers_forward(build):
     assert torch.allclose(ours[real], theirs[real], atol=1e-9)
 
 
-def test_bfloat16_logits_stay_close_to_the_transformers_forward():
-    model, tok = model64()
+@pytest.mark.parametrize("build", ARCHITECTURES)
+def test_bfloat16_logits_stay_close_to_the_transformers_forward(build):
+    model, tok = build(0)
     model = model.to(torch.bfloat16)
     ids, real = ragged(tok, TEXTS)
     ours, theirs = teacher_forced_logits(model, ids, real)[real], hf_logits(model, ids, real)[real]
@@ -192,16 +193,18 @@ def decoded_both_ways(model, tok, device):
     return out
 
 
-def test_the_static_decode_step_samples_what_the_eager_one_does():
-    model, tok = model64(seed=6)
+@pytest.mark.parametrize("build", ARCHITECTURES)
+def test_the_static_decode_step_samples_what_the_eager_one_does(build):
+    model, tok = build(6)
     static, eager = decoded_both_ways(model, tok, "cpu")
     assert static.completion_ids == eager.completion_ids and static.finished == eager.finished
     assert len({len(c) for c in static.completion_ids}) > 1  # rows stopped at different lengths
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
-def test_the_cuda_graph_decode_samples_what_the_eager_loop_does():
-    model, tok = model64(seed=6)
+@pytest.mark.parametrize("build", ARCHITECTURES)
+def test_the_cuda_graph_decode_samples_what_the_eager_loop_does(build):
+    model, tok = build(6)
     static, eager = decoded_both_ways(model, tok, "cuda")
     assert static.completion_ids == eager.completion_ids and static.finished == eager.finished
     assert len({len(c) for c in static.completion_ids}) > 1
