@@ -870,6 +870,9 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["weak_runtime"] = value("def f(a):\\n    return open('%s/auth.json').read()")
             out["weak_thread"] = value("import threading\\ndef f(a):\\n    t = threading.Thread(target=print)\\n    t.start()\\n    t.join()\\n    return 1")
             out["weak_bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
+            # A directory it took its own access to must not outlive it for the next job to open.
+            value("import os\\ndef f(a):\\n    os.makedirs('a/b')\\n    open('a/b/x', 'w').write('x')\\n    os.chmod('a', 0)")
+            out["weak_next"] = value("import os\\ndef f(a):\\n    return len(os.listdir(os.path.dirname(os.getcwd())))")
             for p in others:
                 p.kill()
         print(json.dumps(out))
@@ -934,6 +937,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
         "weak_thread"
     ]  # more of the caller's processes than the limit: was refused
     assert out["weak_bomb"]["ok"] is False
+    assert out["weak_next"]["value"] == 1  # its own directory alone in the slot's
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_uid != 65534
     assert not wait_for_no_leftovers()
 

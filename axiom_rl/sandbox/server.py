@@ -828,6 +828,28 @@ def _kill(pid: int) -> None:
             kill(pid, signal.SIGKILL)
 
 
+def _remove(path: str) -> None:
+    """Remove what a job left in its directory (every process of the job is dead by then).
+
+    Without root, a directory the submission took its own access to (chmod 0) would stop
+    rmtree, and the next job could give itself access back and read what was left: access is
+    given back first, directory by directory, never through a link (a link to the caller's own
+    files would have them changed)."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+    for top, dirs, _ in os.walk(path):  # top-down: each directory opened up before it is entered
+        for name in dirs:
+            sub = os.path.join(top, name)
+            if not os.path.islink(sub):
+                with contextlib.suppress(OSError):
+                    os.chmod(sub, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _children() -> set[int]:
     """The monitor's child processes."""
     pids: set[int] = set()
@@ -973,11 +995,7 @@ def run_job(job: dict, cfg: dict) -> dict:
     os.close(out_r)
     if not cfg["namespaces"]:
         for name in os.listdir(cfg["slot_dir"]):  # its directory, and anything else it made there
-            path = os.path.join(cfg["slot_dir"], name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+            _remove(os.path.join(cfg["slot_dir"], name))
     return {
         "messages": messages,
         "reason": reason,
@@ -1255,7 +1273,7 @@ def main() -> None:
             send_line(channel, run_job(job, cfg))
     finally:
         if cfg["slot_dir"]:
-            shutil.rmtree(cfg["slot_dir"], ignore_errors=True)
+            _remove(cfg["slot_dir"])
 
 
 if __name__ == "__main__":
