@@ -109,6 +109,25 @@ DENIED_ON_SHARED_HOST: dict[str, tuple[int | None, int | None]] = {
     "rt_sigqueueinfo": (129, 138),
     "pidfd_open": (434, 434),
     "pidfd_send_signal": (424, 424),
+    # System V IPC and POSIX message queues: without an IPC namespace of its own they are the
+    # host's, outlive the submission (state for the next one) and are named by guessable ids.
+    "shmget": (29, 194),
+    "shmat": (30, 196),
+    "shmctl": (31, 195),
+    "semget": (64, 190),
+    "semop": (65, 193),
+    "semctl": (66, 191),
+    "semtimedop": (220, 192),
+    "msgget": (68, 186),
+    "msgsnd": (69, 189),
+    "msgrcv": (70, 188),
+    "msgctl": (71, 187),
+    "mq_open": (240, 180),
+    "mq_unlink": (241, 181),
+    "mq_timedsend": (242, 182),
+    "mq_timedreceive": (243, 183),
+    "mq_notify": (244, 184),
+    "mq_getsetattr": (245, 185),
 }
 CHECKED_ARGS: dict[str, tuple[int, int]] = {
     "clone": (56, 220),
@@ -167,8 +186,9 @@ class Program:
 def program(machine: str | None = None, shared_host: bool = False) -> Program | None:
     """The filter for this machine's architecture (None where it has no table here).
 
-    `shared_host`: the submission runs without namespaces, so in the host's pid space and file
-    system. It may then also not run programs (execve) or signal any process but its own.
+    `shared_host`: the submission runs without namespaces, so in the host's pid space, file
+    system and IPC. It may then also not run programs (execve), signal any process but its own,
+    or use System V IPC or POSIX message queues.
 
     The kernel runs the filter on every system call the submission makes (and, when it is
     installed, on every system-call number, to cache those always allowed), so the numbers are
