@@ -34,6 +34,7 @@ from axiom_rl.types import (
 )
 from axiom_rl.verifier import score_code
 
+SANDBOX_DIR = Path(__file__).resolve().parents[1] / "axiom_rl" / "sandbox"  # its modules, for probes
 LIMITS = Limits(call_timeout=1.0, cpu_s=2.0, wall_factor=2.0, memory_mb=512, nproc=16, output_bytes=1 << 20)
 # The slowest a limit-hitting submission may take: the whole-job wall clock plus start-up slack.
 WALL_BUDGET = 3.0 * 2.0 + 3.0  # the largest limits used here
@@ -620,9 +621,8 @@ CHILDREN_PROBE = textwrap.dedent(
 
 
 def test_the_monitor_finds_its_children_with_and_without_proc_children():
-    sandbox_dir = Path(__file__).resolve().parents[1] / "axiom_rl" / "sandbox"
     proc = subprocess.run(
-        [sys.executable, "-c", CHILDREN_PROBE, str(sandbox_dir)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", CHILDREN_PROBE, str(SANDBOX_DIR)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     kids, listed, scanned = json.loads(proc.stdout)
@@ -970,13 +970,12 @@ def test_read_only_tree_on_kernels_without_mount_setattr(user):
     python = sys.executable if user == 0 else str(SYSTEM_PYTHON)
     if user and not SYSTEM_PYTHON.exists():
         pytest.skip("no system python to run as nobody")
-    sandbox_dir = Path(__file__).resolve().parents[1] / "axiom_rl" / "sandbox"
     target = Path.cwd() / f".{marker()}"
     target.mkdir()
     os.chown(target, user, user)
     try:
         proc = subprocess.run(
-            [python, "-c", READ_ONLY_PROBE, str(sandbox_dir), str(target)],
+            [python, "-c", READ_ONLY_PROBE, str(SANDBOX_DIR), str(target)],
             cwd="/tmp",
             user=user,
             group=user,

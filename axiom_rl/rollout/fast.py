@@ -18,8 +18,8 @@ CPU. This loop runs the same arithmetic with nothing else:
 
 It reads the model's own parameters, so it always samples from the current policy. `supports`
 says which models it handles (standard Qwen2, Qwen3, Llama and Mistral causal LMs, with or
-without LoRA); the trainer falls back to `hf` for anything else. tests/test_fast_rollout.py checks its log-probs against the
-transformers forward pass.
+without LoRA); the trainer falls back to `hf` for anything else. tests/test_fast_rollout.py
+checks its log-probs against the transformers forward pass.
 """
 
 from __future__ import annotations

@@ -47,6 +47,8 @@ _WRITES_V1 = (
     | MAKE_BLOCK
     | MAKE_SYM
 )
+READS = READ_FILE | READ_DIR
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV  # what a rule on a file may grant
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -60,9 +62,6 @@ def abi_version() -> int:
 def _os_error(what: str) -> OSError:
     err = ctypes.get_errno()
     return OSError(err, f"landlock {what}: {os.strerror(err)}")
-
-
-READS = READ_FILE | READ_DIR
 
 
 class Rules:
@@ -117,9 +116,6 @@ class Rules:
                 raise _os_error(f"add_rule {path}")
         finally:
             os.close(target)
-
-
-FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 
 
 def readable_except(hidden: Sequence[str], parent: str = "/") -> list[str]:

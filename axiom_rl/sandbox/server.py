@@ -356,8 +356,9 @@ def _mount_template(cfg: dict) -> int:
     (nothing mounted in a copy propagates to the host), read-only throughout, with a /dev of
     its own, and, for an unprivileged uid, with the directories it cannot enter (e.g. /root,
     where pyenv lives) covered by an empty tmpfs and the interpreter bound back. Doing this once
-    instead of per job saves about half a millisecond of every verification. A candidate cannot change the template: it only ever
-    holds a copy, and the template's own mounts are root's and read-only to it.
+    instead of per job saves about half a millisecond of every verification. A candidate cannot
+    change the template: it only ever holds a copy, and the template's own mounts are root's and
+    read-only to it.
     """
 
     def prepare() -> None:
@@ -401,10 +402,9 @@ def _minimal_dev(scratch_dirs: list[str]) -> None:
             os.makedirs(path, exist_ok=True)
 
 
-_thread_count: tuple[float, int] = (-1.0, 0)  # (when, how many)
-
-
+# Without root or namespaces: what RLIMIT_NPROC allows a submission beyond the caller's threads.
 NPROC_SLACK = 64
+_thread_count: tuple[float, int] = (-1.0, 0)  # (when, how many): see _caller_threads
 
 
 def _caller_threads(max_age: float = 0.5) -> int:
@@ -1110,11 +1110,11 @@ def _probe_syscall_filter(shared_host: bool) -> syscall_filter.Filter | None:
     return sieve if _succeeds_in_child(probe) else None
 
 
-def _weak_mode_landlock(cfg: dict, private_dirs: list[str]) -> tuple[landlock_rules.Rules | None, int]:
+def _weak_mode_landlock(cfg: dict, hidden: list[str]) -> tuple[landlock_rules.Rules | None, int]:
     """Without namespaces: Landlock rules and the slot's ruleset (a descriptor every candidate
-    restricts itself with), if the kernel has Landlock and takes them. Without root the
-    caller's home and runtime directories are hidden, the interpreter's paths in them excepted."""
-    hidden = [] if cfg["root"] else _caller_private_dirs(private_dirs)
+    restricts itself with), if the kernel has Landlock and takes them. `hidden` (without root,
+    the caller's home and runtime directories) is unreadable, the interpreter's paths in it
+    excepted."""
     rules = landlock_rules.for_this_kernel(hidden)
     if rules is None:
         return None, -1
@@ -1167,7 +1167,8 @@ def configure(settings: dict) -> tuple[dict, str]:
         }
     )
     paths = [p for p in paths if not any(_is_within(p, q) for q in paths if q != p)]  # outermost only
-    private = _caller_private_dirs(settings.get("private_dirs", [])) if namespaces and not root else []
+    # The caller's home and runtime directories, hidden from submissions that run as its uid.
+    private = [] if root else _caller_private_dirs(settings.get("private_dirs", []))
     cfg = {
         "root": root,
         "namespaces": namespaces,
@@ -1178,7 +1179,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         # Covered by an empty tmpfs in the template, the interpreter's paths inside bound back:
         # as root, what the slot's uid could not enter anyway; without root, the caller's home
         # directory (keys, tokens: everything the caller's own uid could otherwise read).
-        "blocked_dirs": _blocked_dirs(paths) if root else private,
+        "blocked_dirs": _blocked_dirs(paths) if root else (private if namespaces else []),
         "scratch_dirs": [d for d in SCRATCH_DIRS if os.path.isdir(d) and not os.path.islink(d)],
         # Some containers and VMs have a plain file there, not the device (see isolate).
         "null_is_a_file": not stat.S_ISCHR(os.stat(os.devnull).st_mode),
@@ -1203,7 +1204,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         if root:
             os.chmod(cfg["slot_dir"], 0o711)
         # Nothing makes the tree read-only or hides the host's processes: Landlock instead.
-        cfg["landlock"], cfg["landlock_ruleset"] = _weak_mode_landlock(cfg, settings.get("private_dirs", []))
+        cfg["landlock"], cfg["landlock_ruleset"] = _weak_mode_landlock(cfg, private)
     # Without namespaces nothing can be bound back: the candidate reaches what it may not enter
     # through handles opened here (see _reach_through_handles).
     cfg["path_handles"] = (

@@ -156,10 +156,6 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def _refuse(err: int) -> bytes:
-    return _insn(_RET_K, _RET_ERRNO | err)
-
-
 def _search(keys: list[int], targets: dict[int, int], here: int) -> list[tuple[int, int, int, int]]:
     """A binary search over the sorted system-call numbers `keys`, as instructions that jump to
     `targets[nr]` (an absolute index) for each key and to targets[-1] for any other number.
