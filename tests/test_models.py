@@ -124,34 +124,17 @@ def test_same_seed_same_weights():
     assert any((x != y).any() for x, y in zip(a.parameters(), c.parameters()))
 
 
-def _tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _tiny_decoder(family: str):
+    """A small random Llama, Mistral or Qwen3: the gated-MLP families beside Qwen2."""
+    import transformers
 
-    cfg = LlamaConfig(
+    name = {"llama": "Llama", "mistral": "Mistral", "qwen3": "Qwen3"}[family]
+    extra = {"mistral": {"sliding_window": None}, "qwen3": {"head_dim": 8}}.get(family, {})
+    cfg = getattr(transformers, f"{name}Config")(
         vocab_size=64, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, **extra,
     )  # fmt: skip
-    return LlamaForCausalLM(cfg)
-
-
-def _tiny_mistral():
-    from transformers import MistralConfig, MistralForCausalLM
-
-    cfg = MistralConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, sliding_window=None,
-    )  # fmt: skip
-    return MistralForCausalLM(cfg)
-
-
-def _tiny_qwen3():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(
-        vocab_size=64, hidden_size=32, intermediate_size=88, num_hidden_layers=2, head_dim=8,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    return Qwen3ForCausalLM(cfg)
+    return getattr(transformers, f"{name}ForCausalLM")(cfg)
 
 
 def _forward_backward(model, ids):
@@ -191,8 +174,7 @@ def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family):
     from axiom_rl.models.activation_memory import lean_mlp_activations
 
     torch.manual_seed(0)
-    others = {"llama": _tiny_llama, "mistral": _tiny_mistral, "qwen3": _tiny_qwen3}
-    model = others[family]() if family in others else build_tiny_model("micro", seed=3)[0]
+    model = build_tiny_model("micro", seed=3)[0] if family.startswith("qwen2") else _tiny_decoder(family)
     if family == "qwen2-lora":
         model = _lora_on_down_proj(model)
     lean = copy.deepcopy(model)
