@@ -469,6 +469,26 @@ def test_no_state_leaks_between_submissions(sandbox):
         assert run(sandbox, code).status == PASSED
 
 
+ENVIRONMENT_PROBE = """
+import os
+def f():
+    return [dict(os.environ), os.getcwd()]
+"""
+
+
+@pytest.mark.parametrize("namespaces", [True, False])
+def test_a_submission_sees_only_its_own_environment(monkeypatch, namespaces):
+    """The caller's variables never reach a submission; HOME and TMPDIR are its own directory."""
+    monkeypatch.setenv("AXIOM_TEST_TOKEN", f"SECRET-{uuid.uuid4().hex}")
+    with Sandbox(workers=1, limits=LIMITS, namespaces=namespaces) as pool:
+        envs = [decode_value(call_once(pool, ENVIRONMENT_PROBE)["value"]) for _ in range(2)]
+    for env, cwd in envs:
+        assert env == {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8"}
+    if not namespaces:  # a fresh directory per job
+        assert envs[0][1] != envs[1][1]
+    assert not wait_for_no_leftovers()
+
+
 # ------------------------------------------------------------------ assert-style tests (HumanEval)
 
 
