@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -334,6 +335,35 @@ def test_reading_expected_values(sandbox):
     """
     v = run(sandbox, code, p)
     assert v.status == WRONG_ANSWER
+
+
+READ_A_FILE = """
+import json
+def f(path):
+    try:
+        with open(path) as fh:
+            return json.loads(fh.readline())["expected"]
+    except OSError as e:
+        return type(e).__name__
+"""
+
+
+def test_reading_expected_values_from_a_file(sandbox):
+    """A problem file with its expected outputs, kept beside the project and world-readable, as
+    files usually are (without root, a submission even runs as their owner). A submission that
+    knows the path finds nothing there: the project is not in its view of the tree at all."""
+    secret = marker()
+    where = Path(__file__).resolve().parents[1] / f".{marker()}"
+    where.mkdir()
+    where.chmod(0o755)
+    problems = where / "problems.jsonl"
+    problems.write_text(json.dumps({"expected": secret}) + "\n")
+    problems.chmod(0o644)
+    try:
+        assert run(sandbox, READ_A_FILE, problem(((str(problems),), secret))).status == WRONG_ANSWER
+        assert decode_value(call_once(sandbox, READ_A_FILE, str(problems))["value"]) == "FileNotFoundError"
+    finally:
+        shutil.rmtree(where)
 
 
 def test_eq_that_is_always_true(sandbox):
@@ -877,6 +907,7 @@ def test_unprivileged_user_gets_user_namespace_isolation():
             out["tmp"] = value("import os\\ndef f(a):\\n    open('/tmp/x', 'w').write('x')\\n    return os.listdir('/tmp')")
             out["bomb"] = value("import os\\ndef f(a):\\n    while True:\\n        os.fork()")
             out["own_dir"] = value("def f(a):\\n    open('%s/x', 'w').write('x')\\n    return 'written'")
+            out["root_dir"] = value("def f(a):\\n    open('/x', 'w').write('x')\\n    return 'written'")
             out["home"] = value("import os\\ndef f(a):\\n    return os.listdir(os.path.expanduser('%s'))")
             out["runtime"] = value("import os\\ndef f(a):\\n    return os.listdir('%s')")
             out["mount"] = value("import ctypes\\ndef f(a):\\n    libc = ctypes.CDLL(None, use_errno=True)\\n    return libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno()")
@@ -945,9 +976,12 @@ def test_unprivileged_user_gets_user_namespace_isolation():
     # Root of its own user namespace, it could mount over its view of the tree; the filter refuses.
     assert "a seccomp filter" in out["isolation"]
     assert out["mount"]["value"] == {"$t": [-1, errno.EPERM]}
-    # Its own uid may write the caller's files; the read-only tree refuses.
-    assert "Read-only file system" in out["own_dir"]["error"] and written == []
-    assert out["home"]["value"] == out["runtime"]["value"] == []  # empty tmpfs over the caller's own
+    # Its own uid may write the caller's files: they are not in its view of the tree, and that
+    # view is read-only (root of its user namespace, it owns the view's own root directory).
+    assert "No such file or directory" in out["own_dir"]["error"] and written == []
+    assert "Read-only file system" in out["root_dir"]["error"]
+    for private in ("home", "runtime"):  # the caller's home and runtime directories: not there
+        assert "No such file or directory" in out[private]["error"]
     if landlock_rules.abi_version():  # and without namespaces, Landlock refuses it
         assert "Landlock" in out["weak_isolation"] and "no Landlock" not in out["weak_isolation"]
         assert "Permission denied" in out["weak_own_dir"]["error"]
@@ -1010,6 +1044,52 @@ def test_read_only_tree_on_kernels_without_mount_setattr(user):
         target.rmdir()
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout) == errno.EROFS and written == []
+
+
+HOST_TREE_PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import server  # the sandbox's process side, as the monitor loads it
+
+    paths = server._outermost({os.path.realpath(p) for p in [sys.prefix, sys.base_prefix, *sys.path] if os.path.isdir(p)})
+    blocked = server._blocked_dirs(paths)
+    server.unshare(server.CLONE_NEWNS)
+    server.mount(None, "/", None, server.MS_REC | server.MS_PRIVATE)
+    server._cover_blocked_dirs(blocked, paths)
+    os.setgroups([])
+    os.setresgid(65534, 65534, 65534)
+    os.setresuid(65534, 65534, 65534)
+    import colorsys  # not loaded yet: found through the paths bound back
+    print(json.dumps({"paths": paths, "top": sorted(os.listdir("/")), "covered": {b: os.listdir(b) for b in blocked}}))
+    """
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (it changes to the uid of nobody)")
+def test_host_tree_where_pivot_root_is_unknown():
+    """Where syscall_filter has no pivot_root number for the machine, a submission sees the host's
+    tree, read-only: directories its uid cannot enter (pyenv under /root) are covered by an empty
+    tmpfs with the interpreter bound back, so that imports still work."""
+    proc = subprocess.run(
+        [sys.executable, "-c", HOST_TREE_PROBE, str(SANDBOX_DIR)],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["top"] == sorted(os.listdir("/"))
+    for top, names in out["covered"].items():  # only the way down to the interpreter
+        assert names and all(any(p.startswith(f"{top}/{n}") for p in out["paths"]) for n in names)
+
+
+def test_syscall_numbers_for_the_architectures_with_a_table():
+    assert syscall_filter.number("pivot_root", "x86_64") == 155
+    assert syscall_filter.number("pivot_root", "aarch64") == 41
+    assert syscall_filter.number("pivot_root", "sparc64") is None
+    assert syscall_filter.number("no_such_call", "x86_64") is None
 
 
 GET_UID = "import os\ndef f():\n    return os.getuid()\n"

@@ -19,17 +19,21 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   them changes. Its /dev holds null, zero, full, random, urandom and tty alone: the host's
   would offer what its permissions reach (without root, the caller's groups: a disk, the
   webcam, keyboards; on some distributions /dev/kvm or the kernel's log for anyone), and a
-  read-only mount does not protect a device. Its mount namespace is a copy of a template
-  prepared once per worker slot (private propagation, read-only, its own /dev, the covered
-  directories below), so the per-job set-up is only what must be fresh; the template itself is
-  out of its reach.
+  read-only mount does not protect a device. Of the host's files it sees only the system's
+  (/usr, /bin, /lib, /etc, /proc, /sys and the like) and the interpreter's own directories (its
+  prefixes: a venv, and the installation it was made from): not home directories, projects,
+  data sets, run outputs, or problem files with their expected outputs, which permissions
+  alone would not protect (they are usually world-readable, and without root the submission
+  runs as their owner). Its mount namespace is a copy of a template prepared once per worker
+  slot (a root holding just that, private propagation, read-only, its own /dev), so the per-job
+  set-up is only what must be fresh; the template itself is out of its reach.
 - Identity: started as root, each worker slot runs submissions as a uid of its own (from 61000,
   claimed through a lock so that no other slot on the machine, in this pool or another process's,
   runs as it), so a submission can neither write the parent's files, nor signal other processes,
-  nor exceed its process limit through another slot. Directories others cannot enter (pyenv under /root)
-  are covered by an empty tmpfs with the interpreter bound back read-only (without namespaces,
-  the interpreter's directories are reached through descriptors the monitor opened). no_new_privs is set;
-  the process is not dumpable (no ptrace, no /proc/<pid>/mem).
+  nor exceed its process limit through another slot. The interpreter's directories are in its
+  view even where it could not enter their parents (pyenv under /root; without namespaces,
+  through descriptors the monitor opened). no_new_privs is set; the process is not dumpable (no
+  ptrace, no /proc/<pid>/mem).
 - System calls (syscall_filter.py, a seccomp filter installed last, inherited by everything the
   submission starts, on x86-64 and aarch64): new namespaces, mounts, ptrace and other processes'
   memory, bpf, perf_event_open, userfaultfd, io_uring, key rings, kernel modules, kexec, reboot,
@@ -60,11 +64,13 @@ What is not covered:
   often exploited, not every system call a program does not need (it is a deny list: the rest of
   the kernel's interface stays open). Where the kernel refuses filters, or on another
   architecture, there is none, and `Sandbox.isolation` says so.
-- The file system is readable wherever it is world-readable (outside /root-style directories;
-  without root, a submission runs as the caller's uid, and the caller's home and runtime
-  ($XDG_RUNTIME_DIR) directories are covered by an empty tmpfs, the interpreter's paths inside
-  bound back): do not keep secrets, or problem files with expected outputs, in world-readable
-  places on a machine where you verify untrusted code. Generated problems live in memory only.
+- What is in its view is readable as its permissions allow: world-readable files under /etc,
+  and everything in the interpreter's prefixes (keep no problem files or secrets inside a venv).
+  On an architecture whose pivot_root number syscall_filter.py does not list (it lists x86-64
+  and aarch64), the view is the host's whole tree instead, read-only, with directories its uid
+  cannot enter and (without root) the caller's home and runtime ($XDG_RUNTIME_DIR) directories
+  covered by an empty tmpfs: there, keep no secrets or problem files with expected outputs in
+  world-readable places. Generated problems live in memory only.
 - CPU and memory bandwidth are shared: a submission can slow others down (never past their
   wall-clock limits, which are generous for that reason).
 - Without namespaces (the kernel refuses them: Ubuntu 24.04 restricts unprivileged user

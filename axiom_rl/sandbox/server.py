@@ -37,6 +37,7 @@ import socket
 import stat
 import struct
 import sys
+import sysconfig
 import tempfile
 import time
 import traceback
@@ -110,6 +111,25 @@ DEVICE_LINKS = (
 )
 # World-writable places a submission could otherwise leave files in: each gets a private tmpfs.
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# All a submission sees of the host's tree with namespaces, where these exist: the system's
+# programs, libraries and configuration, the kernel's views, and (see _interpreter_dirs) the
+# interpreter's own directories. Not home directories, projects, data sets, run outputs, or
+# problem files with their expected outputs (see _visible_root).
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+)
+SYSTEM_DIRS += ("/nix", "/gnu")  # package stores, where an interpreter's libraries live on NixOS and Guix
+MNT_DETACH = 2
 NAMESPACED_WORKDIR = "/tmp"  # with namespaces, a job's directory: its own tmpfs there
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -360,28 +380,69 @@ def _slot_netns() -> int:
 
 def _mount_template(cfg: dict) -> int:
     """A mount namespace prepared once per slot, which every candidate copies: recursively private
-    (nothing mounted in a copy propagates to the host), read-only throughout, with a /dev of
-    its own, and, for an unprivileged uid, with the directories it cannot enter (e.g. /root,
-    where pyenv lives) covered by an empty tmpfs and the interpreter bound back. Doing this once
-    instead of per job saves about half a millisecond of every verification. A candidate cannot
-    change the template: it only ever holds a copy, and the template's own mounts are root's and
-    read-only to it.
+    (nothing mounted in a copy propagates to the host), read-only throughout, with a /dev of its
+    own, and holding only SYSTEM_DIRS and the interpreter's directories (_visible_root). Where
+    this machine's pivot_root number is not known here, the host's whole tree instead, with the
+    directories an unprivileged uid cannot enter (e.g. /root, where pyenv lives) covered by an
+    empty tmpfs and the interpreter bound back. Doing this once instead of per job saves about
+    half a millisecond of every verification. A candidate cannot change the template: it only
+    ever holds a copy, and the template's own mounts are root's and read-only to it.
     """
 
     def prepare() -> None:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
-        handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in cfg["python_paths"]}
-        for top in cfg["blocked_dirs"]:
-            mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
-        for path, fd in handles.items():
-            if any(_is_within(path, top) for top in cfg["blocked_dirs"]):
-                _bind_read_only(fd, path)
-            else:
-                os.close(fd)
+        if cfg["visible_dirs"]:
+            _visible_root(cfg["visible_dirs"], cfg["scratch_dirs"])
+        else:
+            _cover_blocked_dirs(cfg["blocked_dirs"], cfg["python_paths"])
         _minimal_dev(cfg["scratch_dirs"])
         _read_only_tree()
 
     return _prepared_namespace(CLONE_NEWNS, "mnt", prepare)
+
+
+def _visible_root(visible: list[str], mount_points: list[str]) -> None:
+    """Make this mount namespace's root a tmpfs that holds `visible` alone, each bound from the
+    host's tree with whatever is mounted under it (a top-level symbolic link such as /bin ->
+    usr/bin is copied as a link), and empty directories at `mount_points`; then detach the host's
+    root. A submission that knows where a problem file or a run's outputs are still finds
+    nothing there: permissions would not stop it, since such files are usually world-readable
+    (and, without root, it runs as their owner)."""
+    links, handles = {}, {}
+    for path in visible:
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            links[path] = os.readlink(path)
+        elif os.path.isdir(path):
+            handles[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)  # before anything covers it
+    staging = "/tmp"  # any directory: its tmpfs becomes the root
+    mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m,nr_inodes=4096")
+    for path, target in links.items():
+        os.symlink(target, staging + path)
+    for path, fd in handles.items():
+        os.makedirs(staging + path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", staging + path, None, MS_BIND | MS_REC)
+        os.close(fd)
+    for path in mount_points:  # those inside a bound directory are made there later (/dev/shm)
+        if not any(_is_within(path, top) for top in handles):
+            os.makedirs(staging + path, exist_ok=True)
+    os.chdir(staging)
+    # pivot_root(".", "."): the new root goes under the old one, which is then detached.
+    _check(_libc.syscall(syscall_filter.number("pivot_root"), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
+    os.chdir("/")
+
+
+def _cover_blocked_dirs(blocked: list[str], python_paths: list[str]) -> None:
+    """The host's tree, with each of `blocked` covered by an empty tmpfs and the interpreter's
+    paths inside bound back (where _visible_root cannot be used)."""
+    handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in python_paths}
+    for top in blocked:
+        mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
+    for path, fd in handles.items():
+        if any(_is_within(path, top) for top in blocked):
+            _bind_read_only(fd, path)
+        else:
+            os.close(fd)
 
 
 def _minimal_dev(scratch_dirs: list[str]) -> None:
@@ -1142,11 +1203,35 @@ def _weak_mode_landlock(cfg: dict, hidden: list[str]) -> tuple[landlock_rules.Ru
     return None, -1
 
 
+def _outermost(paths: set[str]) -> list[str]:
+    """`paths` less those inside another of them, sorted."""
+    return sorted(p for p in paths if not any(_is_within(p, q) for q in paths if q != p))
+
+
 def _caller_private_dirs(candidates: list[str]) -> list[str]:
     """The caller's home and runtime directories, to hide from submissions that run as the
     caller's uid (without root): existing directories other than "/", outermost only."""
-    dirs = {os.path.realpath(d) for d in candidates if d and os.path.isdir(d)} - {"/"}
-    return sorted(d for d in dirs if not any(_is_within(d, o) for o in dirs if o != d))
+    return _outermost({os.path.realpath(d) for d in candidates if d and os.path.isdir(d)} - {"/"})
+
+
+def _interpreter_dirs() -> list[str]:
+    """The interpreter's own directories: its prefixes (a venv's, and the installation it was
+    made from) and its library paths, each as spelled and as resolved, for imports look them up
+    as spelled. Not its other sys.path entries, such as an editable install's project directory:
+    a submission needs the standard library and installed packages, not the project."""
+    spelled = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    spelled |= {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return _outermost(
+        {p for s in spelled if s and os.path.isdir(s) for p in (os.path.abspath(s), os.path.realpath(s))}
+    )
+
+
+def _visible_dirs() -> list[str]:
+    """What _visible_root shows; empty where this machine's pivot_root number is not known here."""
+    if syscall_filter.number("pivot_root") is None:
+        return []
+    system = {d for d in SYSTEM_DIRS if os.path.lexists(d)}
+    return _outermost(system | {d for d in _interpreter_dirs() if not any(_is_within(d, s) for s in system)})
 
 
 def _blocked_dirs(paths: list[str]) -> list[str]:
@@ -1174,7 +1259,7 @@ def configure(settings: dict) -> tuple[dict, str]:
             if p and os.path.isdir(p)
         }
     )
-    paths = [p for p in paths if not any(_is_within(p, q) for q in paths if q != p)]  # outermost only
+    paths = _outermost(set(paths))
     # The caller's home and runtime directories, hidden from submissions that run as its uid.
     private = [] if root else _caller_private_dirs(settings.get("private_dirs", []))
     cfg = {
@@ -1203,8 +1288,10 @@ def configure(settings: dict) -> tuple[dict, str]:
             else None
         ),
     }
+    # Only the system's and the interpreter's directories in a submission's view of the tree.
+    cfg["visible_dirs"] = _visible_dirs() if namespaces else []
     cfg["python_under_scratch"] = [
-        p for p in paths if any(_is_within(p, d) for d in cfg["scratch_dirs"])
+        p for p in cfg["visible_dirs"] or paths if any(_is_within(p, d) for d in cfg["scratch_dirs"])
     ]  # bound back over each job's scratch tmpfs (isolate)
     cfg["mount_template"] = _mount_template(cfg) if namespaces else -1
     cfg["slot_dir"], cfg["landlock"], cfg["landlock_ruleset"] = None, None, -1
@@ -1252,7 +1339,8 @@ def _isolation_summary(cfg: dict, settings: dict) -> str:
     else:
         filtered = f"no seccomp filter ({'the kernel refused it' if syscall_filter.program() else 'none for this CPU'})"
     if cfg["namespaces"]:
-        return f"namespaces (pid, net, mount, ipc), read-only files but a private tmpfs, {who}, rlimits, {filtered}"
+        files = "only the system's and the interpreter's files" if cfg["visible_dirs"] else "the host's files"
+        return f"namespaces (pid, net, mount, ipc), {files} (read-only) and a private tmpfs, {who}, rlimits, {filtered}"
     why = "the kernel refused" if settings.get("namespaces", True) else "switched off"
     landlock = (
         cfg["landlock"].describe()

@@ -272,6 +272,14 @@ class Filter:
             raise OSError(err, f"seccomp filter: {os.strerror(err)}")
 
 
+def number(name: str, machine: str | None = None) -> int | None:
+    """The number of system call `name` on this machine's architecture (None where this module
+    has no table for it, or the call is not in one)."""
+    arch = _ARCH.get(machine or platform.machine())
+    numbers = {**DENIED, **DENIED_ON_SHARED_HOST, **CHECKED_ARGS}.get(name)
+    return None if arch is None or numbers is None else numbers[arch[0]]
+
+
 def for_this_machine(shared_host: bool = False) -> Filter | None:
     """The filter for this architecture, or None where there is no table for it."""
     filter_program = program(shared_host=shared_host)
