@@ -611,18 +611,26 @@ def test_without_namespaces_writes_stay_in_the_submissions_directory(weak, world
     assert not target.exists()
 
 
-def test_landlock_reads_cover_everything_but_the_hidden_directories(tmp_path):
-    for d in ("home/alice/.ssh", "home/bob", "run/user/1000", "run/lock", "usr/lib"):
-        (tmp_path / d).mkdir(parents=True)
-    (tmp_path / "etc").write_text("a file")
-    hidden = [str(tmp_path / "home/alice"), str(tmp_path / "run/user/1000")]
-    readable = landlock_rules.readable_except(hidden, str(tmp_path))
-    assert sorted(Path(p).relative_to(tmp_path).as_posix() for p in readable) == [
-        "etc",
-        "home/bob",
-        "run/lock",
-        "usr",
-    ]
+def test_without_namespaces_a_submission_reads_only_the_system_and_the_interpreter(weak):
+    """Landlock lets it read what it would see with namespaces: the problem file kept beside the
+    project, world-readable, is out of reach; the standard library is not."""
+    if landlock_rules.abi_version() == 0:
+        pytest.skip("this kernel has no Landlock (Linux 5.13+, in its list of security modules)")
+    secret = marker()
+    where = Path(__file__).resolve().parents[1] / f".{marker()}"
+    where.mkdir()
+    where.chmod(0o755)
+    problems = where / "problems.jsonl"
+    problems.write_text(json.dumps({"expected": secret}) + "\n")
+    problems.chmod(0o644)
+    try:
+        answer = call_once(weak, READ_A_FILE, str(problems))
+    finally:
+        shutil.rmtree(where)
+    assert decode_value(answer["value"]) == "PermissionError"
+    assert "reads only the system's and the interpreter's files" in weak.isolation
+    imported = call_once(weak, "import colorsys, json\ndef f():\n    return json.__file__\n")
+    assert decode_value(imported["value"]).endswith("json/__init__.py")
 
 
 DETACHED_DAEMON = """

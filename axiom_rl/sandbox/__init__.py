@@ -77,16 +77,16 @@ What is not covered:
   namespaces, for one), isolation is weaker, and `Sandbox.isolation` says so. The submission
   shares the host's file system and process list and, without root, runs as the caller's uid.
   What holds it is the kernel's, for native code as for Python. Landlock (landlock_rules.py,
-  Linux 5.13+) lets it write only in its private directory, read nothing in the caller's home
-  and runtime directories (without root; the interpreter's paths there excepted) and run no
-  program, and from Linux 6.12 signal no process and reach no abstract Unix socket outside
+  Linux 5.13+) lets it read only what it would see with namespaces (the system's and the
+  interpreter's directories) and its private directory, write only in that directory and run
+  no program, and from Linux 6.12 signal no process and reach no abstract Unix socket outside
   itself. The seccomp filter, in a stricter form, refuses execve too, signals to any process
   but its own, and System V IPC and message queues (the host's there). Python audit hooks
   refuse subprocesses, ctypes and sockets besides. Whatever it started dies after it, daemons
   that left its session too (the monitor is their subreaper), and its directory goes with it.
-  It can still read what the caller can read elsewhere, and see the host's processes. On a
-  kernel without Landlock it can write whatever its uid may, and `Sandbox.isolation` says that
-  too: there, verify as root (a uid of its own) or in a container.
+  It can still see the host's processes. On a kernel without Landlock it can read and write
+  whatever its uid may, and `Sandbox.isolation` says that too: there, verify as root (a uid of
+  its own) or in a container, and keep problem files with expected outputs out of its reach.
 - Test code itself (HumanEval's `check`, MBPP's asserts) is trusted input: the judge runs it
   with memory and file limits but with the monitor's identity and no namespaces of its own
   (so that whatever tests import loads as anywhere), in a fresh namespace dict per job but a

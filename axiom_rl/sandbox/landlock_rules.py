@@ -1,19 +1,19 @@
-"""Landlock rules for a submission that runs without namespaces: it may write only inside its own
-directory, run no program, read nothing in the caller's home and runtime directories (without
-root), and, on kernels that can scope them, signal no process and reach no abstract Unix socket
-outside itself.
+"""Landlock rules for a submission that runs without namespaces: it may read only the system's
+and the interpreter's directories (and its own), write only inside its own directory, run no
+program, and, on kernels that can scope them, signal no process and reach no abstract Unix
+socket outside itself.
 
-Without namespaces there is no private mount tree to make read-only and no pid namespace to hide
-the host's processes, and without root the submission runs as the caller's own uid: permissions
-alone would let it write anything the caller can (a home directory, the project) and signal the
+Without namespaces there is no private mount tree to make read-only or to show only some
+directories in, and no pid namespace to hide the host's processes; without root the submission
+runs as the caller's own uid. Permissions alone would let it read and write anything the caller
+can (a home directory, the project, a problem file with its expected outputs) and signal the
 caller's processes (the trainer). Landlock (Linux 5.13+) is the kernel's way for an unprivileged
 process to give up access to the file system, and it holds for native code as for Python.
 
-Rights are asked by the kernel's Landlock ABI version: writes, removals, creations and execution
-(1), renames and links across directories (2), truncation (3), TCP (4), device ioctls (5),
-signals and abstract Unix sockets outside the sandbox (6). Reading stays open but for the hidden
-directory, as it does with namespaces (the sandbox's policy says so). Where the kernel has no Landlock, nothing is
-restricted here and the sandbox's description of its isolation says so.
+Rights are asked by the kernel's Landlock ABI version: reads, writes, removals, creations and
+execution (1), renames and links across directories (2), truncation (3), TCP (4), device ioctls
+(5), signals and abstract Unix sockets outside the sandbox (6). Where the kernel has no Landlock,
+nothing is restricted here and the sandbox's description of its isolation says so.
 """
 
 from __future__ import annotations
@@ -67,36 +67,33 @@ def _os_error(what: str) -> OSError:
 class Rules:
     """The rights this kernel's ABI can take away, worked out once (in the monitor)."""
 
-    def __init__(self, abi: int, hidden: Sequence[str] = ()) -> None:
-        """`hidden`: directories a submission may not read either (without root, the caller's
-        home and runtime directories: the submission runs as the caller's uid)."""
-        self.abi, self.hidden = abi, list(hidden)
+    def __init__(self, abi: int) -> None:
+        self.abi = abi
         self.writes = _WRITES_V1 | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
-        self.handled_fs = self.writes | EXECUTE | (IOCTL_DEV if abi >= 5 else 0) | (READS if hidden else 0)
+        self.handled_fs = self.writes | READS | EXECUTE | (IOCTL_DEV if abi >= 5 else 0)
         self.handled_net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
         self.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
 
     def describe(self) -> str:
-        hidden = f", {' and '.join(self.hidden)} unreadable" if self.hidden else ""
         signals = ", no signals out" if self.scoped else ""
-        return f"Landlock ABI {self.abi} (writes only in its directory{hidden}, no programs{signals})"
+        return (
+            f"Landlock ABI {self.abi} (reads only the system's and the interpreter's files, "
+            f"writes only in its directory, no programs{signals})"
+        )
 
-    def ruleset(self, writable: str, readable: Sequence[str] = ()) -> int:
-        """A ruleset (a file descriptor) that lets a process write only under `writable` (and to
-        /dev/null) and, if directories are hidden, read only under `writable`, the `readable`
-        paths and everywhere but the hidden directories. Built once; each submission's process
-        restricts itself with it (restrict_self)."""
+    def ruleset(self, writable: str, readable: Sequence[str]) -> int:
+        """A ruleset (a file descriptor) that lets a process read only under `writable`, the
+        `readable` paths and /dev/null, and write only under `writable` and to /dev/null. Built
+        once; each submission's process restricts itself with it (restrict_self)."""
         attr = struct.pack("=QQQ", self.handled_fs, self.handled_net, self.scoped)
         fd = _libc.syscall(SYS_CREATE_RULESET, attr, len(attr), 0)
         if fd < 0:
             raise _os_error("create_ruleset")
         try:
-            reads = READS if self.hidden else 0
-            self._allow(fd, writable, self.writes | reads)
-            self._allow(fd, os.devnull, WRITE_FILE | TRUNCATE | reads)
-            if self.hidden:
-                for path in [*readable, *readable_except(self.hidden)]:
-                    self._allow(fd, path, reads)
+            self._allow(fd, writable, self.writes | READS)
+            self._allow(fd, os.devnull, WRITE_FILE | TRUNCATE | READS)
+            for path in readable:
+                self._allow(fd, path, READS)
         except BaseException:
             os.close(fd)
             raise
@@ -118,26 +115,6 @@ class Rules:
             os.close(target)
 
 
-def readable_except(hidden: Sequence[str], parent: str = "/") -> list[str]:
-    """Paths whose subtrees hold everything under `parent` but the `hidden` directories (absolute,
-    resolved): the siblings of each and of every directory above one. The directories above can
-    then be passed through but not listed."""
-    paths = []
-    try:
-        names = sorted(os.listdir(parent))
-    except OSError:
-        names = []
-    for name in names:
-        path = os.path.join(parent, name)
-        if path in hidden:
-            continue
-        if any(h.startswith(path + "/") for h in hidden):
-            paths += readable_except(hidden, path)
-        else:
-            paths.append(path)
-    return paths
-
-
 def restrict_self(ruleset: int) -> None:
     """Restrict the calling process, and whatever it starts from now on, to a ruleset. Needs
     no_new_privs set; raises OSError where the kernel refuses."""
@@ -145,6 +122,6 @@ def restrict_self(ruleset: int) -> None:
         raise _os_error("restrict_self")
 
 
-def for_this_kernel(hidden: Sequence[str] = ()) -> Rules | None:
+def for_this_kernel() -> Rules | None:
     abi = abi_version()
-    return Rules(abi, hidden) if abi > 0 else None
+    return Rules(abi) if abi > 0 else None

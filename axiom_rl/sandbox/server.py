@@ -1179,17 +1179,15 @@ def _probe_syscall_filter(shared_host: bool) -> syscall_filter.Filter | None:
     return sieve if _succeeds_in_child(probe) else None
 
 
-def _weak_mode_landlock(cfg: dict, hidden: list[str]) -> tuple[landlock_rules.Rules | None, int]:
+def _weak_mode_landlock(cfg: dict) -> tuple[landlock_rules.Rules | None, int]:
     """Without namespaces: Landlock rules and the slot's ruleset (a descriptor every candidate
-    restricts itself with), if the kernel has Landlock and takes them. `hidden` (without root,
-    the caller's home and runtime directories) is unreadable, the interpreter's paths in it
-    excepted."""
-    rules = landlock_rules.for_this_kernel(hidden)
+    restricts itself with), if the kernel has Landlock and takes them. What a submission may
+    read is what it would see with namespaces (_system_and_interpreter_dirs)."""
+    rules = landlock_rules.for_this_kernel()
     if rules is None:
         return None, -1
-    readable = [p for p in cfg["python_paths"] if any(_is_within(p, h) for h in hidden)]
     try:
-        ruleset = rules.ruleset(cfg["slot_dir"], readable)
+        ruleset = rules.ruleset(cfg["slot_dir"], _system_and_interpreter_dirs())
     except OSError:
         return None, -1
 
@@ -1226,10 +1224,8 @@ def _interpreter_dirs() -> list[str]:
     )
 
 
-def _visible_dirs() -> list[str]:
-    """What _visible_root shows; empty where this machine's pivot_root number is not known here."""
-    if syscall_filter.number("pivot_root") is None:
-        return []
+def _system_and_interpreter_dirs() -> list[str]:
+    """All of the host's tree a submission may see or read: SYSTEM_DIRS and _interpreter_dirs."""
     system = {d for d in SYSTEM_DIRS if os.path.lexists(d)}
     return _outermost(system | {d for d in _interpreter_dirs() if not any(_is_within(d, s) for s in system)})
 
@@ -1289,7 +1285,9 @@ def configure(settings: dict) -> tuple[dict, str]:
         ),
     }
     # Only the system's and the interpreter's directories in a submission's view of the tree.
-    cfg["visible_dirs"] = _visible_dirs() if namespaces else []
+    cfg["visible_dirs"] = (
+        _system_and_interpreter_dirs() if namespaces and syscall_filter.number("pivot_root") else []
+    )  # left empty where this machine's pivot_root number is not known here (_mount_template)
     cfg["python_under_scratch"] = [
         p for p in cfg["visible_dirs"] or paths if any(_is_within(p, d) for d in cfg["scratch_dirs"])
     ]  # bound back over each job's scratch tmpfs (isolate)
@@ -1302,7 +1300,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         if root:
             os.chmod(cfg["slot_dir"], 0o711)
         # Nothing makes the tree read-only or hides the host's processes: Landlock instead.
-        cfg["landlock"], cfg["landlock_ruleset"] = _weak_mode_landlock(cfg, private)
+        cfg["landlock"], cfg["landlock_ruleset"] = _weak_mode_landlock(cfg)
     # Without namespaces nothing can be bound back: the candidate reaches what it may not enter
     # through handles opened here (see _reach_through_handles).
     cfg["path_handles"] = (
