@@ -348,10 +348,10 @@ def f(path):
 """
 
 
-def test_reading_expected_values_from_a_file(sandbox):
-    """A problem file with its expected outputs, kept beside the project and world-readable, as
-    files usually are (without root, a submission even runs as their owner). A submission that
-    knows the path finds nothing there: the project is not in its view of the tree at all."""
+@pytest.fixture
+def problem_file():
+    """A problem file with its expected output, kept beside the project and world-readable, as
+    files usually are (without root, a submission even runs as their owner): (path, secret)."""
     secret = marker()
     where = Path(__file__).resolve().parents[1] / f".{marker()}"
     where.mkdir()
@@ -359,11 +359,16 @@ def test_reading_expected_values_from_a_file(sandbox):
     problems = where / "problems.jsonl"
     problems.write_text(json.dumps({"expected": secret}) + "\n")
     problems.chmod(0o644)
-    try:
-        assert run(sandbox, READ_A_FILE, problem(((str(problems),), secret))).status == WRONG_ANSWER
-        assert decode_value(call_once(sandbox, READ_A_FILE, str(problems))["value"]) == "FileNotFoundError"
-    finally:
-        shutil.rmtree(where)
+    yield str(problems), secret
+    shutil.rmtree(where)
+
+
+def test_reading_expected_values_from_a_file(sandbox, problem_file):
+    """A submission that knows where the problem file is finds nothing there: the project is
+    not in its view of the tree at all."""
+    path, secret = problem_file
+    assert run(sandbox, READ_A_FILE, problem(((path,), secret))).status == WRONG_ANSWER
+    assert decode_value(call_once(sandbox, READ_A_FILE, path)["value"]) == "FileNotFoundError"
 
 
 def test_eq_that_is_always_true(sandbox):
@@ -611,23 +616,12 @@ def test_without_namespaces_writes_stay_in_the_submissions_directory(weak, world
     assert not target.exists()
 
 
-def test_without_namespaces_a_submission_reads_only_the_system_and_the_interpreter(weak):
-    """Landlock lets it read what it would see with namespaces: the problem file kept beside the
-    project, world-readable, is out of reach; the standard library is not."""
+def test_without_namespaces_a_submission_reads_only_the_system_and_the_interpreter(weak, problem_file):
+    """Landlock lets it read what it would see with namespaces: the problem file beside the
+    project is out of reach; the standard library is not."""
     if landlock_rules.abi_version() == 0:
         pytest.skip("this kernel has no Landlock (Linux 5.13+, in its list of security modules)")
-    secret = marker()
-    where = Path(__file__).resolve().parents[1] / f".{marker()}"
-    where.mkdir()
-    where.chmod(0o755)
-    problems = where / "problems.jsonl"
-    problems.write_text(json.dumps({"expected": secret}) + "\n")
-    problems.chmod(0o644)
-    try:
-        answer = call_once(weak, READ_A_FILE, str(problems))
-    finally:
-        shutil.rmtree(where)
-    assert decode_value(answer["value"]) == "PermissionError"
+    assert decode_value(call_once(weak, READ_A_FILE, problem_file[0])["value"]) == "PermissionError"
     assert "reads only the system's and the interpreter's files" in weak.isolation
     imported = call_once(weak, "import colorsys, json\ndef f():\n    return json.__file__\n")
     assert decode_value(imported["value"]).endswith("json/__init__.py")
