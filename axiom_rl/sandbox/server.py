@@ -6,14 +6,14 @@ per worker slot, with a scrubbed environment, in a session of its own. Stdlib on
     parent (trusted; holds the expected outputs, which never come here)
       └─ monitor, one per slot (this file's main loop: interpreter and common modules loaded
          │  once; trusted; reads a job, enforces limits, reports, waits for the next job)
-         ├─ judge (per job, assert-style tests only: runs the trusted test code, in which the
-         │         candidate function is an RPC stub)
+         ├─ judge (one per slot, forked before any job; assert-style tests only: runs each
+         │         job's trusted test code, in which the candidate function is an RPC stub)
          └─ candidate (per job, untrusted: a fresh fork in fresh namespaces; answers with plain
                        data only, and is killed, with everything it started, at the end)
 
 Untrusted code never runs in the monitor, so nothing of one submission reaches the next: each
 candidate is forked from the monitor's clean state. The monitor forks as little as possible
-(one process per job, two with a judge), because with a preloaded interpreter the cost of a job
+(one process per job), because with a preloaded interpreter the cost of a job
 is mostly the kernel's work to fork and tear down a process. See `axiom_rl/sandbox/__init__.py`
 for the policy: what is and is not covered.
 """
@@ -127,8 +127,9 @@ SYSTEM_DIRS = (
     "/proc",
     "/sys",
     "/dev",
+    "/nix",  # package stores: an interpreter's libraries live there on NixOS
+    "/gnu",  # and on Guix
 )
-SYSTEM_DIRS += ("/nix", "/gnu")  # package stores, where an interpreter's libraries live on NixOS and Guix
 MNT_DETACH = 2
 NAMESPACED_WORKDIR = "/tmp"  # with namespaces, a job's directory: its own tmpfs there
 
