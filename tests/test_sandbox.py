@@ -1054,7 +1054,7 @@ HOST_TREE_PROBE = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import server  # the sandbox's process side, as the monitor loads it
 
-    paths = server._outermost({os.path.realpath(p) for p in [sys.prefix, sys.base_prefix, *sys.path] if os.path.isdir(p)})
+    paths = server._python_paths()  # as configure finds them
     blocked = server._blocked_dirs(paths)
     server.unshare(server.CLONE_NEWNS)
     server.mount(None, "/", None, server.MS_REC | server.MS_PRIVATE)

@@ -1213,6 +1213,13 @@ def _caller_private_dirs(candidates: list[str]) -> list[str]:
     return _outermost({os.path.realpath(d) for d in candidates if d and os.path.isdir(d)} - {"/"})
 
 
+def _python_paths() -> list[str]:
+    """Every directory the interpreter imports from (its prefixes and sys.path), resolved,
+    outermost only: what the host-tree view and the weaker mode must keep reachable."""
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+    return _outermost({os.path.realpath(p) for p in candidates if p and os.path.isdir(p)})
+
+
 def _interpreter_dirs() -> list[str]:
     """The interpreter's own directories: its prefixes (a venv's, and the installation it was
     made from) and its library paths, each as spelled and as resolved, for imports look them up
@@ -1249,14 +1256,7 @@ def configure(settings: dict) -> tuple[dict, str]:
     namespaces = bool(settings.get("namespaces", True)) and _probe_namespaces(root)
     if namespaces and not root:
         _become_init_of_own_namespaces()
-    paths = sorted(
-        {
-            os.path.realpath(p)
-            for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
-            if p and os.path.isdir(p)
-        }
-    )
-    paths = _outermost(set(paths))
+    paths = _python_paths()
     # The caller's home and runtime directories, hidden from submissions that run as its uid.
     private = [] if root else _caller_private_dirs(settings.get("private_dirs", []))
     cfg = {
