@@ -16,7 +16,10 @@ the model shape and token counts, each prompt counted once per step as both gene
 axiom-rl's training passes need it) over the matmul throughput measured on this device at the
 start -- with each side's step time as a multiple of it, and the time the step's linear layers
 alone take with each matmul timed at its real shape (decode steps are a few rows times a weight,
-where the BLAS runs below the large-matmul rate): a bound for any implementation calling it.
+where the BLAS runs below the large-matmul rate): a bound for any implementation calling it. On a
+CPU in float32 both use the faster of two matmul libraries PyTorch ships, its BLAS (MKL) and
+oneDNN, each measured here: on AMD processors MKL runs its AVX2 code, and oneDNN can be twice as
+fast (axiom-rl calls oneDNN there; TRL, through PyTorch, MKL).
 
     python benchmarks/grpo_step.py                       # the issue's configurations, CPU
     python benchmarks/grpo_step.py --config full --rounds 3 --steps 5
@@ -99,10 +102,12 @@ ABLATIONS = {
     # Not a speed-up there: the default on a GPU is every row's prompt (see grpo.SHARE_PROMPT_PASSES).
     "shared-prompts": ("each group's prompt run once in the training passes, as on a CPU (GPU only)", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
+    "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
 ABLATION_DEVICE = {
     "default-malloc": "cpu",  # host memory settings, for CPU training
+    "default-matmul": "cpu",
     "unshared-prompts": "cpu",
     "shared-prompts": "cuda",
     "eager-decode": "cuda",
@@ -133,6 +138,11 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.rollout.fast import FastBackend
 
         FastBackend.decode = "eager"
+    elif ablation == "default-matmul":
+        from axiom_rl.models import cpu_matmul
+
+        os.environ[cpu_matmul.ENV] = "default"
+        cpu_matmul.backend.cache_clear()
     elif ablation == "unfused-adamw":
         grpo.make_optimizer = lambda params, lr, wd: torch.optim.AdamW(params, lr=lr, weight_decay=wd)
     return ABLATIONS[ablation][1]
@@ -216,16 +226,33 @@ def kernel_seconds(fn: Callable[[], object], device: str, runs: int) -> float:
     return best_seconds(graph.replay, device, runs) / reps
 
 
-def matmul_flops(device: str, dtype: str) -> float:
-    """FLOP/s of a large square matmul on this device (the best of 7 after a warm-up: the floor is
-    what the hardware allows, not what a noisy moment gave)."""
+def onednn_applies(device: str, dtype: str) -> bool:
+    """Whether oneDNN is a second matmul library here: float32 on a CPU whose PyTorch has it
+    (axiom-rl calls it where MKL is the slower one: axiom_rl/models/cpu_matmul.py)."""
+    from axiom_rl.models import cpu_matmul
+
+    return device == "cpu" and dtype == "fp32" and cpu_matmul.onednn_available()
+
+
+def matmul_flops(device: str, dtype: str) -> dict[str, float]:
+    """FLOP/s of a large square matmul on this device, by library: PyTorch's own ("torch": MKL on
+    x86) and, where onednn_applies, oneDNN's. The best of 7 after a warm-up each: the floor is what
+    the hardware allows, not what a noisy moment gave, so it takes the faster library."""
     import torch
+    import torch.nn.functional as F
+
+    from axiom_rl.models import cpu_matmul
 
     dt = getattr(torch, TORCH_DTYPES[dtype])
     size = 1024 if device == "cpu" else 8192
     a = torch.randn(size, size, device=device, dtype=dt)
     b = torch.randn(size, size, device=device, dtype=dt)
-    return 2 * size**3 / best_seconds(lambda: (a @ b).sum().item(), device, runs=7)
+    rates = {"torch": 2 * size**3 / best_seconds(lambda: F.linear(a, b).sum().item(), device, runs=7)}
+    if onednn_applies(device, dtype):
+        packed = cpu_matmul.pack(b)
+        fn = lambda: cpu_matmul.linear_packed(a, packed).sum().item()  # noqa: E731
+        rates["onednn"] = 2 * size**3 / best_seconds(fn, device, runs=7)
+    return rates
 
 
 def memory_bandwidth(device: str) -> float:
@@ -299,11 +326,15 @@ def floor_seconds(setup: Setup, prompt_len: int, rate: float, bandwidth: float |
 def matmul_timer(dtype: str, device: str) -> Callable[[int, int, int, str], float]:
     """Seconds of one matmul of the given shape and kind on `device` (best of 5, each shape timed
     once): "fwd" [m, k] x [n, k]^T as F.linear; "dx" the input's gradient [m, n] x [n, k]; "dw"
-    the weight's gradient [n, m] x [m, k]."""
+    the weight's gradient [n, m] x [m, k]. Where onednn_applies, the faster of PyTorch's BLAS and
+    oneDNN, oneDNN given its operands already laid out (packed weights, transposes made)."""
     import torch
     import torch.nn.functional as F
 
+    from axiom_rl.models import cpu_matmul
+
     dt = getattr(torch, TORCH_DTYPES[dtype])
+    onednn = onednn_applies(device, dtype)
     cache: dict[tuple[int, int, int, str], float] = {}
 
     def timed(m: int, k: int, n: int, kind: str = "fwd") -> float:
@@ -312,13 +343,21 @@ def matmul_timer(dtype: str, device: str) -> Callable[[int, int, int, str], floa
             if kind == "fwd":
                 a, b = torch.randn(m, k, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
                 fn = lambda: F.linear(a, b)  # noqa: E731
+                x, w = a, b  # oneDNN: F.linear(x, w)
             elif kind == "dx":
                 a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(n, k, device=device, dtype=dt)
                 fn = lambda: a @ b  # noqa: E731
+                x, w = a, b.t().contiguous()
             else:
                 a, b = torch.randn(m, n, device=device, dtype=dt), torch.randn(m, k, device=device, dtype=dt)
                 fn = lambda: a.t() @ b  # noqa: E731
+                x, w = a.t().contiguous(), b.t().contiguous()
             cache[key] = kernel_seconds(fn, device, runs=5)
+            if onednn:
+                packed = cpu_matmul.pack(w)
+                cache[key] = min(
+                    cache[key], best_seconds(lambda: cpu_matmul.linear_packed(x, packed), device, 5)
+                )
         return cache[key]
 
     return timed
@@ -331,11 +370,11 @@ def matmul_bound(
     time_matmul: Callable[[int, int, int, str], float] | None = None,
 ) -> dict[str, float]:
     """Seconds one step spends in its linear layers alone, each matmul timed at its real shape with
-    this machine's BLAS (best of 5): generation (prefill, then one token per row per step: M is
+    this machine's matmul libraries (best of 5): generation (prefill, then one token per row per step: M is
     the number of rows), the reference and policy forwards, and the backward (the input and the
     weight gradient of each). Attention and everything elementwise are left out, so no step that
-    calls this BLAS can be faster. The compute floor assumes the rate of a large square matmul for
-    all of them; at decode shapes (a few rows times a weight) the BLAS runs at about half of it.
+    calls these libraries can be faster. The compute floor assumes the rate of a large square
+    matmul for all of them; at decode shapes (a few rows times a weight) they run at about half of it.
     `time_matmul(m, k, n, kind)` times one shape (default: on `device`, once per shape).
     """
     d = setup.hidden
@@ -620,7 +659,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             params = build_model_dir(setup, Path(tmp))
             prompt_len = statistics.mean(len(p) for p in prompts(setup.prompts))  # one token per character
-            rate = matmul_flops(args.device, setup.dtype)
+            rates = matmul_flops(args.device, setup.dtype)
+            rate = max(rates.values())
             # The CPU floor is FLOPs alone (the issue's definition); a GPU's decode is bound by memory.
             bandwidth = memory_bandwidth(args.device) if args.device != "cpu" else None
             floor = floor_seconds(setup, prompt_len, rate, bandwidth)
@@ -642,15 +682,17 @@ def main() -> None:
             f"== {name}: {setup.name}; {params / 1e6:.2f}M parameters; gradient checkpointing {checkpointing} on both sides"
         )
         memory = f", or its bytes at a measured {bandwidth / 1e9:.0f} GB/s where slower" if bandwidth else ""
+        libraries = ", ".join(f"{lib} {r / 1e9:.0f}" for lib, r in rates.items())
         print(
-            f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s{memory})"
+            f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s{memory};"
+            f" matmul GFLOP/s by library: {libraries})"
         )
         matmuls_s = sum(bound.values())
         print(
-            f"   matmuls alone at this step's shapes, timed with this machine's BLAS: {matmuls_s * 1e3:.0f} ms/step"
+            f"   matmuls alone at this step's shapes, each with the faster library: {matmuls_s * 1e3:.0f} ms/step"
             f" ({matmuls_s / floor:.2f}x the floor); split "
             + " / ".join(f"{v * 1e3:.0f}" for v in bound.values())
-            + " ms; no implementation calling this BLAS can go below it"
+            + " ms; no implementation calling these libraries can go below it"
         )
         print(
             f"   {'side':<17}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB median (range)':>24}   split: gen / ref / fwd / bwd (ms)   x floor"

@@ -90,3 +90,17 @@ def run_in_background(args: list[str], run: Path, steps: int = 2) -> subprocess.
     while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= steps):
         time.sleep(0.2)
     return proc
+
+
+@pytest.fixture(params=["default", "onednn"])
+def matmul_backend(request, monkeypatch):
+    """Run a test with each CPU matmul library for float32 linear layers (models/cpu_matmul.py);
+    oneDNN is skipped where this PyTorch build lacks it."""
+    from axiom_rl.models import cpu_matmul
+
+    if request.param == "onednn" and not cpu_matmul.onednn_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    monkeypatch.setenv(cpu_matmul.ENV, request.param)
+    cpu_matmul.backend.cache_clear()
+    yield request.param
+    cpu_matmul.backend.cache_clear()  # the next test chooses again, from its own environment

@@ -166,17 +166,21 @@ def _lora_on_down_proj(model):
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama", "mistral", "qwen2-lora"])
-def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family):
+def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family, matmul_backend):
     """Two [rows, tokens, intermediate] tensors fewer per layer, silu(gate) and the product
-    down_proj reads; with a LoRA layer on down_proj the product stays that layer's input, so one."""
+    down_proj reads; with a LoRA layer on down_proj the product stays that layer's input, so one.
+    With either matmul library: the lean MLP calls the one the linear layers call."""
     import copy
 
     from axiom_rl.models.activation_memory import lean_mlp_activations
+    from axiom_rl.models.cpu_matmul import route_linear_layers
 
     torch.manual_seed(0)
     model = build_tiny_model("micro", seed=3)[0] if family.startswith("qwen2") else _tiny_decoder(family)
     if family == "qwen2-lora":
         model = _lora_on_down_proj(model)
+    routed = route_linear_layers(model)
+    assert (routed > 0) == (matmul_backend == "onednn")
     lean = copy.deepcopy(model)
     layers = model.config.num_hidden_layers
     assert lean_mlp_activations(lean) == layers
@@ -203,14 +207,16 @@ def test_lean_mlp_leaves_other_architectures_and_replaced_forwards_alone():
     assert lean_mlp_activations(model) == 0  # a forward already replaced is left as it is
 
 
-def test_lean_mlp_under_gradient_checkpointing_gives_the_same_gradients():
+def test_lean_mlp_under_gradient_checkpointing_gives_the_same_gradients(matmul_backend):
     import copy
 
     import torch
 
     from axiom_rl.models.activation_memory import lean_mlp_activations
+    from axiom_rl.models.cpu_matmul import route_linear_layers
 
     model = build_tiny_model("micro", seed=4)[0].train()
+    route_linear_layers(model)
     lean = copy.deepcopy(model)
     lean.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     assert lean_mlp_activations(lean) == model.config.num_hidden_layers

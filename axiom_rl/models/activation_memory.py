@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import cpu_matmul
+
 # MLP classes whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x)) (transformers 5.x).
 GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
 
@@ -50,7 +52,7 @@ class _SiluMulDown(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(gate, up, weight)
-        return F.linear(F.silu(gate) * up, weight)
+        return cpu_matmul.forward_only(F.silu(gate) * up, weight)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -60,7 +62,7 @@ class _SiluMulDown(torch.autograd.Function):
         # F.linear of a [..., in] input is a matmul folded to 2-D; autograd's mm backward gives the
         # input's gradient as grad @ W and, W^T being column-major, the weight's as grad^T @ input.
         grad_2d = grad.reshape(-1, grad.shape[-1])
-        grad_hidden = grad_2d.mm(weight).view(hidden.shape)
+        grad_hidden = cpu_matmul.input_grad(grad_2d, weight).view(hidden.shape)
         grad_weight = (
             grad_2d.t().mm(hidden.reshape(-1, hidden.shape[-1])) if ctx.needs_input_grad[2] else None
         )

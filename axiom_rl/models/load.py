@@ -23,6 +23,7 @@ import torch
 
 from ..errors import UserError
 from .activation_memory import lean_mlp_activations
+from .cpu_matmul import route_linear_layers
 from .tiny import TINY_SIZES, build_tiny_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -299,6 +300,7 @@ def load_for_inference(
     directory (its base, with the adapter merged in), or 'tiny'."""
     dev = resolve_device(device)
     net, tok = load_model_and_tokenizer(model, resolve_dtype(dtype, dev), tiny_size, seed)
+    route_linear_layers(net)
     return net.to(dev).eval(), tok, dev
 
 
@@ -380,5 +382,8 @@ def load_policy(
             p.requires_grad_(False)
         reference.to(dev)
     lean_mlp_activations(net)  # same numbers, one activation fewer per MLP layer at the peak
+    for network in (net, reference):
+        if network is not None:
+            route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow (cpu_matmul.py)
     net.to(dev)
     return Policy(net, tok, dev, torch_dtype, use_lora, reference)

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
+from ..models import cpu_matmul
 from . import Rollout, decode_completion, encode_prompts, trim_completion
 
 T = TypeVar("T")
@@ -139,6 +140,15 @@ class _Weights:
                     att.k_norm.weight if hasattr(att, "k_norm") else None,
                 )
             )
+        # Where float32 matmuls go through oneDNN on this CPU, their weights are laid out for it
+        # once per rollout, not on every call.
+        self.linear: Callable[..., torch.Tensor] = F.linear
+        if cpu_matmul.applies(self.embed):
+            self.linear = cpu_matmul.linear_packed
+            self.lm_head = cpu_matmul.pack(self.lm_head)
+            for layer in self.layers:
+                for name in ("wqkv", "wo", "wgu", "wdown"):
+                    setattr(layer, name, cpu_matmul.pack(getattr(layer, name)))
 
     def rope(
         self, length: int, device: torch.device, dtype: torch.dtype
@@ -188,7 +198,7 @@ def _forward(
     c, si = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)  # [N, 1, S, hd]
     for i, layer in enumerate(w.layers):
         y = _rms(x, layer.ln1, w.eps)
-        qkv = F.linear(y, layer.wqkv, layer.bqkv)  # [N, S, (h + 2 kvh) hd]
+        qkv = w.linear(y, layer.wqkv, layer.bqkv)  # [N, S, (h + 2 kvh) hd]
         qk, v = qkv.split([(h + kvh) * hd, kvh * hd], dim=-1)
         qk = qk.view(n, s, h + kvh, hd)
         if layer.q_norm is not None:
@@ -200,11 +210,11 @@ def _forward(
         keys = _store(cache_k[i], start, k)
         values = _store(cache_v[i], start, v.view(n, s, kvh, hd).transpose(1, 2))
         att = _attend(q, keys, values, mask)
-        x = x + F.linear(att.transpose(1, 2).reshape(n, s, h * hd), layer.wo)
+        x = x + w.linear(att.transpose(1, 2).reshape(n, s, h * hd), layer.wo)
         y = _rms(x, layer.ln2, w.eps)
-        gate, up = F.linear(y, layer.wgu).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, layer.wdown)
-    return F.linear(_rms(x if every_position else x[:, -1], w.norm, w.eps), w.lm_head)
+        gate, up = w.linear(y, layer.wgu).chunk(2, dim=-1)
+        x = x + w.linear(F.silu(gate) * up, layer.wdown)
+    return w.linear(_rms(x if every_position else x[:, -1], w.norm, w.eps), w.lm_head)
 
 
 def _store(cache: torch.Tensor, start: int | torch.Tensor, new: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,112 @@
+"""float32 linear layers through oneDNN (models/cpu_matmul.py): the same values and gradients as
+F.linear up to float32 rounding, checked against float64; the choice of library; the decode loop
+and a training model routed through it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from axiom_rl.errors import UserError
+from axiom_rl.models import cpu_matmul
+from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.rollout.fast import teacher_forced_logits
+
+
+def _relative_error(value: torch.Tensor, exact: torch.Tensor) -> float:
+    return float((value.double() - exact).abs().max() / exact.abs().max())
+
+
+@pytest.mark.parametrize("shape", [(37, 64), (3, 5, 64)])
+def test_linear_values_and_gradients_match_float64(matmul_backend, shape):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, requires_grad=True)
+    w = torch.randn(48, 64, requires_grad=True)
+    b = torch.randn(48, requires_grad=True)
+    y = cpu_matmul.linear(x, w, b)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    y64 = F.linear(x64, w64, b64)
+    y64.backward(grad.double())
+    assert y.dtype == torch.float32 and y.shape == y64.shape
+    for ours, exact in ((y, y64), (x.grad, x64.grad), (w.grad, w64.grad), (b.grad, b64.grad)):
+        assert _relative_error(ours.detach(), exact.detach()) < 1e-5  # float32 rounding (2^-23 = 1.2e-7)
+    assert (type(y.grad_fn).__name__ == "_LinearBackward") == (
+        matmul_backend == "onednn"
+    )  # the library asked for
+
+
+def test_frozen_weights_and_inputs_get_no_gradient(matmul_backend):
+    x = torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(6, 8)  # frozen (a reference model, a LoRA base layer)
+    cpu_matmul.linear(x, w).sum().backward()
+    assert x.grad is not None and w.grad is None
+    w.requires_grad_()
+    cpu_matmul.linear(x.detach(), w).sum().backward()
+    assert w.grad is not None
+
+
+def test_only_float32_on_the_cpu_goes_through_onednn(matmul_backend):
+    onednn = matmul_backend == "onednn"
+    assert cpu_matmul.applies(torch.ones(2, 2)) == onednn
+    assert not cpu_matmul.applies(torch.ones(2, 2, dtype=torch.float64))
+    assert not cpu_matmul.applies(torch.ones(2, 2, dtype=torch.bfloat16))
+    x, w = torch.randn(3, 8, dtype=torch.bfloat16), torch.randn(5, 8, dtype=torch.bfloat16)
+    assert torch.equal(cpu_matmul.linear(x, w), F.linear(x, w))
+
+
+def test_the_library_is_chosen_by_vendor_or_the_environment(monkeypatch):
+    monkeypatch.setenv(cpu_matmul.ENV, "mkl")
+    cpu_matmul.backend.cache_clear()
+    with pytest.raises(UserError, match="use one of onednn, default"):
+        cpu_matmul.backend()
+    monkeypatch.delenv(cpu_matmul.ENV)
+    cpu_matmul.backend.cache_clear()
+    vendor = cpu_matmul.cpu_vendor()
+    expected = "onednn" if vendor not in ("GenuineIntel", "") and cpu_matmul.onednn_available() else "default"
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        expected = "default"
+    assert cpu_matmul.backend() == expected
+    cpu_matmul.backend.cache_clear()
+
+
+def test_a_routed_model_trains_like_the_plain_one(matmul_backend):
+    model = build_tiny_model("micro", seed=1)[0].train()
+    routed = copy.deepcopy(model)
+    count = cpu_matmul.route_linear_layers(routed)
+    linears = sum(type(m) is torch.nn.Linear for m in model.modules())
+    assert count == (linears if matmul_backend == "onednn" else 0)
+    assert cpu_matmul.route_linear_layers(routed) == 0  # already routed: left as it is
+    exact = copy.deepcopy(model).double()
+    ids = torch.randint(0, 60, (3, 19))
+    results = []
+    for net in (model, routed, exact):
+        logits = net(input_ids=ids).logits
+        logits.log_softmax(-1).mean().backward()
+        results.append((logits.detach(), {n: p.grad for n, p in net.named_parameters()}))
+    (plain, plain_grads), (ours, our_grads), (f64, f64_grads) = results
+    # as close to float64 as the plain float32 model is (a few times its error, not a different model)
+    assert _relative_error(ours, f64) < 4 * _relative_error(plain, f64) + 1e-6
+    for name, g in our_grads.items():
+        assert (
+            _relative_error(g, f64_grads[name])
+            < 4 * _relative_error(plain_grads[name], f64_grads[name]) + 1e-5
+        )
+
+
+def test_the_decode_loop_with_packed_weights_computes_the_model(matmul_backend):
+    """The loop packs its weights for oneDNN once per rollout; its logits stay those of the model."""
+    from tests.test_fast_rollout import TEXTS, hf_logits, model64, ragged
+
+    model, tok = model64(0)
+    ids, real = ragged(tok, TEXTS)
+    exact = hf_logits(model, ids, real)[real]
+    ours = teacher_forced_logits(model.float(), ids, real)[real]
+    assert ours.dtype == torch.float32
+    assert _relative_error(ours, exact) < 1e-5
