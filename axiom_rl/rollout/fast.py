@@ -153,13 +153,17 @@ class _Weights:
     def rope(
         self, length: int, device: torch.device, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin tables [length, head_dim] for _rotate; sin's first half negated, where
+        rotate_half's minus sign goes (x2 * -s is -x2 * s exactly, so nothing else changes)."""
         inv = 1.0 / (
             self.theta
             ** (torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float32) / self.head_dim)
         )
         freqs = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv)
         emb = torch.cat([freqs, freqs], dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        sin = emb.sin()
+        sin[:, : self.head_dim // 2].neg_()
+        return emb.cos().to(dtype), sin.to(dtype)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -172,10 +176,10 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (x.float() * torch.rsqrt(var + eps)).to(x.dtype) * w
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], as one roll
+    ([x2, x1]) and a sin table whose first half is negated (_Weights.rope): fewer ops per layer."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
 
 
 def _forward(
@@ -255,7 +259,8 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Ten
     (torch.multinomial draws one per vocabulary entry)."""
     if temperature <= 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)  # x / 1 == x
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
         drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest prefix reaching top_p
@@ -435,7 +440,8 @@ class FastBackend:
             if t < self.min_new_tokens and eos is not None:
                 logits[:, eos] = float("-inf")  # forced length: EOS cannot be sampled yet
             tokens = _sample(logits, temperature, top_p)  # [N]
-            tokens = torch.where(done, torch.full_like(tokens, pad), tokens)
+            if t > self.min_new_tokens:  # no row is done before then
+                tokens = torch.where(done, torch.full_like(tokens, pad), tokens)
             out[:, t] = tokens
             steps = t + 1
             if t >= self.min_new_tokens:
