@@ -13,6 +13,8 @@ CPU. This loop runs the same arithmetic with nothing else:
 - sampling (temperature, top-p) on the device with the global torch RNG, so seeds decide it;
 - LoRA adapters are folded into temporary effective weights for the rollout (W + scale * B A),
   so an adapted model decodes as fast as a plain one;
+- in float32 on CPUs where oneDNN's matmuls beat MKL's (models/cpu_matmul.py), the weights are
+  packed for oneDNN once per rollout;
 - on a CUDA device the decode step runs with static shapes, captured once per rollout as a CUDA
   graph and replayed per token (see _StaticDecode): there, launching kernels is the cost.
 
