@@ -60,18 +60,17 @@ def test_only_float32_on_the_cpu_goes_through_onednn(matmul_backend):
 
 
 def test_the_library_is_chosen_by_vendor_or_the_environment(monkeypatch):
+    import platform
+
     monkeypatch.setenv(cpu_matmul.ENV, "mkl")
     cpu_matmul.backend.cache_clear()
     with pytest.raises(UserError, match="use one of onednn, default"):
         cpu_matmul.backend()
     monkeypatch.delenv(cpu_matmul.ENV)
     cpu_matmul.backend.cache_clear()
-    vendor = cpu_matmul.cpu_vendor()
-    expected = "onednn" if vendor not in ("GenuineIntel", "") and cpu_matmul.onednn_available() else "default"
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        expected = "default"
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    not_intel = cpu_matmul.cpu_vendor() not in ("GenuineIntel", "")
+    expected = "onednn" if x86 and not_intel and cpu_matmul.onednn_available() else "default"
     assert cpu_matmul.backend() == expected
     cpu_matmul.backend.cache_clear()
 
@@ -110,3 +109,22 @@ def test_the_decode_loop_with_packed_weights_computes_the_model(matmul_backend):
     ours = teacher_forced_logits(model.float(), ids, real)[real]
     assert ours.dtype == torch.float32
     assert _relative_error(ours, exact) < 1e-5
+
+
+def test_a_bad_library_name_stops_the_cli_before_anything_is_written(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, cpu_matmul.ENV: "mkl"}
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "axiom_rl", "train", "--model", "tiny", "--tiny-size", "nano", "--steps", "1",
+         "--output-dir", str(out)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"axiom-rl: error: {cpu_matmul.ENV}='mkl': use one of onednn, default"
+    ]
+    assert not out.exists()

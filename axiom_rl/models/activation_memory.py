@@ -64,7 +64,9 @@ class _SiluMulDown(torch.autograd.Function):
         grad_2d = grad.reshape(-1, grad.shape[-1])
         grad_hidden = cpu_matmul.input_grad(grad_2d, weight).view(hidden.shape)
         grad_weight = (
-            grad_2d.t().mm(hidden.reshape(-1, hidden.shape[-1])) if ctx.needs_input_grad[2] else None
+            cpu_matmul.weight_grad(grad_2d, hidden.reshape(-1, hidden.shape[-1]))
+            if ctx.needs_input_grad[2]
+            else None
         )
         # then _SiluMul's backward, as above
         grad_gate = torch.ops.aten.silu_backward(grad_hidden * up, gate)

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 import torch
 
 from ..errors import UserError
+from . import cpu_matmul
 from .activation_memory import lean_mlp_activations
-from .cpu_matmul import route_linear_layers
 from .tiny import TINY_SIZES, build_tiny_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -45,7 +45,9 @@ def resolve_device(device: str) -> torch.device:
 
 
 def check_load_options(dtype: str, finetune: str = "auto") -> None:
-    """The loading options that are names, checked before anything is written or loaded."""
+    """The loading options that are names, checked before anything is written or loaded (the
+    CPU matmul library named in the environment among them)."""
+    cpu_matmul.backend()
     if dtype != "auto" and dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose from: auto, {', '.join(DTYPES)}")
     if finetune not in FINETUNE_MODES:
@@ -300,7 +302,7 @@ def load_for_inference(
     directory (its base, with the adapter merged in), or 'tiny'."""
     dev = resolve_device(device)
     net, tok = load_model_and_tokenizer(model, resolve_dtype(dtype, dev), tiny_size, seed)
-    route_linear_layers(net)
+    cpu_matmul.route_linear_layers(net)
     return net.to(dev).eval(), tok, dev
 
 
@@ -382,8 +384,8 @@ def load_policy(
             p.requires_grad_(False)
         reference.to(dev)
     lean_mlp_activations(net)  # same numbers, one activation fewer per MLP layer at the peak
-    for network in (net, reference):
+    for network in (net, reference):  # oneDNN's matmuls on CPUs where MKL is slow (cpu_matmul.py)
         if network is not None:
-            route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow (cpu_matmul.py)
+            cpu_matmul.route_linear_layers(network)
     net.to(dev)
     return Policy(net, tok, dev, torch_dtype, use_lora, reference)
