@@ -102,6 +102,7 @@ ABLATIONS = {
     # Not a speed-up there: the default on a GPU is every row's prompt (see grpo.SHARE_PROMPT_PASSES).
     "shared-prompts": ("each group's prompt run once in the training passes, as on a CPU (GPU only)", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
+    "python-decode": ("the decode step's calls made from Python, not from the C++ step (CPU only)", {}),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -111,6 +112,7 @@ ABLATION_DEVICE = {
     "unshared-prompts": "cpu",
     "shared-prompts": "cuda",
     "eager-decode": "cuda",
+    "python-decode": "cpu",
 }
 
 
@@ -138,6 +140,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.rollout.fast import FastBackend
 
         FastBackend.decode = "eager"
+    elif ablation == "python-decode":
+        from axiom_rl.rollout.fast import FastBackend
+
+        FastBackend.decode = "python"
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 
@@ -653,7 +659,12 @@ def main() -> None:
         if args.trl_same_allocator
         else "glibc's default malloc settings"
     )
-    print(f"TRL runs with {allocator}\n")
+    print(f"TRL runs with {allocator}")
+    if args.device == "cpu":  # built here, once, not inside a timed side's first steps
+        from axiom_rl.rollout import native
+
+        print(f"axiom-rl's C++ decode step: {'built' if native.op() else 'not available (Python step)'}")
+    print()
     for name in names:
         setup = replace(CONFIGS[name], gradient_checkpointing=args.gradient_checkpointing)
         with tempfile.TemporaryDirectory() as tmp:

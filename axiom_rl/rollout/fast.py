@@ -15,6 +15,9 @@ CPU. This loop runs the same arithmetic with nothing else:
   so an adapted model decodes as fast as a plain one;
 - in float32 on CPUs where oneDNN's matmuls beat MKL's (models/cpu_matmul.py), the weights are
   packed for oneDNN once per rollout;
+- in float32 on a CPU the decode step runs as one C++ call (decode_step.cpp, built once by
+  native.py): the same ATen calls as the Python step, so the same bits, without the interpreter's
+  cost around each of them;
 - on a CUDA device the decode step runs with static shapes, captured once per rollout as a CUDA
   graph and replayed per token (see _StaticDecode): there, launching kernels is the cost.
 
@@ -36,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import cpu_matmul
-from . import Rollout, decode_completion, encode_prompts, trim_completion
+from . import Rollout, decode_completion, encode_prompts, native, trim_completion
 
 T = TypeVar("T")
 
@@ -374,8 +377,9 @@ class _StaticDecode:
 
 class FastBackend:
     name = "fast"
-    # "auto": the static decode step (a CUDA graph) on a CUDA device, the eager one elsewhere;
-    # "static" or "eager" everywhere (tests compare them; benchmarks measure what the graph is worth).
+    # "auto": the static decode step (a CUDA graph) on a CUDA device, the eager one elsewhere
+    # (in C++ for float32 on a CPU where it builds: native.py); "static", "eager" or "python" (the
+    # eager step in Python only) everywhere: tests compare them, benchmarks measure what each is worth.
     decode = "auto"
 
     def __init__(self, min_new_tokens: int = 0) -> None:
@@ -435,6 +439,9 @@ class FastBackend:
             if static and max_new_tokens > 1
             else None
         )
+        eager_step = (native.step_for(w) if self.decode != "python" else None) or functools.partial(
+            _forward, w
+        )
         steps = 0
         for t in range(max_new_tokens):
             if pad is not None and pad != eos:
@@ -458,8 +465,8 @@ class FastBackend:
                 logits = static_step(tokens, next_pos, p + t)
             else:
                 mask = allowed[:, : p + t + 1].view(n, 1, 1, p + t + 1)
-                logits = _forward(
-                    w, tokens.unsqueeze(1), next_pos.unsqueeze(1), cache_k, cache_v, p + t, mask, cos, sin
+                logits = eager_step(
+                    tokens.unsqueeze(1), next_pos.unsqueeze(1), cache_k, cache_v, p + t, mask, cos, sin
                 )
             next_pos = next_pos + 1
         sampled = out[:, :steps].tolist()

@@ -1,0 +1,194 @@
+"""The decode loop's token step in C++ (decode_step.cpp), for float32 on a CPU.
+
+At a small model's sizes a token step is some 250 ATen calls on tensors of a few thousand
+values, and Python's cost around each call (parsing its arguments, wrapping its result) is a
+large part of the step. decode_step.cpp makes the same calls as fast._forward, in the same
+order, from C++: the same kernels run, so the logits and every sampled token are the same bits
+as with the Python step, and only the interpreter's share of the time goes.
+
+It is built once per machine, Python and PyTorch version with torch.utils.cpp_extension (a C++
+compiler and ninja; 15-40 s on 2 cores), into TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions,
+and checked against the Python step on a small random model before the first use. Where it cannot
+be built or the check fails, the loop runs the Python step and a warning says why, once.
+
+`AXIOM_RL_DECODE_STEP=python` turns it off; `=native` makes a failed build an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import UserError
+
+ENV = "AXIOM_RL_DECODE_STEP"
+CHOICES = ("native", "python")
+SOURCE = Path(__file__).with_name("decode_step.cpp")
+_lock = threading.Lock()
+
+
+def choice() -> str:
+    """ "native", "python", or "" (the default: native where it builds)."""
+    chosen = os.environ.get(ENV, "").strip().lower()
+    if chosen and chosen not in CHOICES:
+        raise UserError(f"{ENV}={chosen!r}: use one of {', '.join(CHOICES)}")
+    return chosen
+
+
+def build_directory() -> Path:
+    """Where the built library lives: one per Python and PyTorch version (torch's own default
+    names neither, and a library built against another PyTorch would not load)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return Path(get_default_build_root()) / f"axiom_rl-{python}-torch{torch.__version__}" / "decode_step"
+
+
+def _build() -> Callable[..., torch.Tensor]:
+    from torch.utils.cpp_extension import load
+
+    if shutil.which("ninja") is None:  # pip's ninja sits beside this interpreter, which PATH may not name
+        try:
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        except ImportError:
+            pass  # torch's load says that ninja is missing
+    where = build_directory()
+    where.mkdir(parents=True, exist_ok=True)
+    fresh = not any(where.glob("*.so"))
+    if fresh:
+        print(
+            f"axiom-rl: compiling the C++ decode step, once for this machine ({ENV}=python skips it)...",
+            file=sys.stderr,
+            flush=True,
+        )
+    started = time.perf_counter()
+    load(
+        "axiom_rl_decode_step",
+        sources=[str(SOURCE)],
+        extra_cflags=["-O2"],
+        build_directory=str(where),
+        is_python_module=False,
+        verbose=False,
+    )
+    if fresh:
+        print(f"axiom-rl: compiled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return torch.ops.axiom_rl.decode_step
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@functools.cache
+def _op_and_why() -> tuple[Callable[..., torch.Tensor] | None, str]:
+    try:
+        op = _build()
+    except Exception as e:  # no compiler, no ninja, a build error: the Python step does the same work
+        return None, f"could not be built ({_first_line(e)})"
+    try:
+        mismatch = _self_check(op)
+    except Exception as e:  # e.g. a PyTorch whose oneDNN linear has another signature
+        return None, f"failed its check ({_first_line(e)})"
+    return (None, f"failed its check ({mismatch})") if mismatch else (op, "")
+
+
+def op() -> Callable[..., torch.Tensor] | None:
+    """The built and checked C++ step, or None (with one warning) where it is not available."""
+    if choice() == "python":
+        return None
+    with _lock:
+        built, why = _op_and_why()
+    if built is None:
+        if choice() == "native":
+            raise UserError(f"{ENV}=native, but the C++ decode step {why}")
+        _warn_once(why)
+    return built
+
+
+@functools.cache
+def _warn_once(why: str) -> None:
+    warnings.warn(f"the C++ decode step {why}; decoding with the Python step", stacklevel=4)
+
+
+def applies(w: Any) -> bool:
+    """Whether `w` (fast._Weights) is a model the C++ step computes: float32 on a CPU, and no
+    per-head query/key norm (Qwen3's, which the C++ step leaves out)."""
+    return (
+        w.embed.device.type == "cpu"
+        and w.embed.dtype == torch.float32
+        and all(layer.q_norm is None for layer in w.layers)
+    )
+
+
+def step_for(w: Any) -> Callable[..., torch.Tensor] | None:
+    """fast._forward's decode step for these weights (fast._Weights), in C++: called as
+    `step(ids, positions, cache_k, cache_v, start, mask, cos, sin)` with one token per row and
+    an additive mask. None where it does not apply or is not available."""
+    if not applies(w):
+        return None
+    built = op()
+    return None if built is None else _bind(built, w)
+
+
+def _bind(built: Callable[..., torch.Tensor], w: Any) -> Callable[..., torch.Tensor]:
+    from ..models import cpu_matmul
+
+    weights = [
+        t for layer in w.layers for t in (layer.ln1, layer.wqkv, layer.wo, layer.ln2, layer.wgu, layer.wdown)
+    ]
+    biases = [layer.bqkv for layer in w.layers]
+    onednn = w.linear is cpu_matmul.linear_packed
+    fixed = (w.embed, w.norm, w.lm_head, weights, biases, w.heads, w.kv_heads, w.head_dim, w.eps, onednn)
+    return lambda *args: built(*args, *fixed)
+
+
+def _self_check(built: Callable[..., torch.Tensor]) -> str:
+    """Run the C++ step and the Python one on a small random Qwen2 with the linear layers this
+    machine uses; returns what differs ("" when logits and caches are the same bits)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from . import fast
+
+    config = Qwen2Config(
+        vocab_size=32, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    generator_state = torch.random.get_rng_state()  # the check must not move the caller's seed
+    try:
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    with torch.inference_mode():
+        w = fast._Weights(model)
+        n, prompt, hd = 3, 5, w.head_dim
+        ids = torch.arange(n).view(n, 1) + 7
+        positions = torch.full((n, 1), prompt)
+        cos, sin = w.rope(prompt + 1, ids.device, torch.float32)
+        mask = torch.zeros((n, 1, 1, prompt + 1))
+        mask[0, ..., :2] = float("-inf")  # a left-padded row
+        cache = torch.randn(
+            (2, len(w.layers), n, w.kv_heads, prompt + 1, hd), generator=torch.Generator().manual_seed(1)
+        )
+        python_k, python_v = cache[0].clone(), cache[1].clone()
+        native_k, native_v = cache[0].clone(), cache[1].clone()
+        expected = fast._forward(w, ids, positions, python_k, python_v, prompt, mask, cos, sin)
+        got = _bind(built, w)(ids, positions, native_k, native_v, prompt, mask, cos, sin)
+    if not torch.equal(got, expected):
+        return f"logits differ by up to {(got - expected).abs().max().item():.3g}"
+    if not (torch.equal(native_k, python_k) and torch.equal(native_v, python_v)):
+        return "the caches differ"
+    return ""

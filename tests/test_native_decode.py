@@ -1,0 +1,154 @@
+"""The C++ decode step (rollout/native.py, decode_step.cpp) computes the Python step's logits
+bit for bit, so a rollout samples the same tokens with either; a machine that cannot build it
+decodes in Python and says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import string
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_fast_rollout import TEXTS, model64, other_architecture
+
+from axiom_rl.errors import UserError
+from axiom_rl.models import cpu_matmul
+from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.rollout import fast, native
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "c++")) is None,
+    reason="no C++ compiler on PATH: the C++ decode step cannot be built on this machine",
+)
+
+
+@pytest.fixture(params=["onednn", "default"])
+def linear_library(request, monkeypatch):
+    """The library the model's float32 linear layers use: oneDNN (weights packed per rollout) or
+    PyTorch's own F.linear."""
+    if request.param == "onednn" and not cpu_matmul.onednn_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    monkeypatch.setenv(cpu_matmul.ENV, request.param)
+    cpu_matmul.backend.cache_clear()
+    yield request.param
+    cpu_matmul.backend.cache_clear()
+
+
+def float32_model(arch: str, seed: int):
+    model, tok = model64(seed) if arch == "qwen2" else other_architecture(arch, seed)
+    return model.float(), tok
+
+
+@needs_compiler
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])  # q/k/v biases, and none
+def test_the_cpp_step_gives_the_python_step_s_bits(arch, linear_library):
+    model, _ = float32_model(arch, seed=1)
+    with torch.inference_mode():
+        w = fast._Weights(model)
+        assert (w.linear is cpu_matmul.linear_packed) == (linear_library == "onednn")
+        step = native.step_for(w)
+        assert step is not None
+        n, prompt, new = 5, 7, 6
+        total = prompt + new
+        gen = torch.Generator().manual_seed(2)
+        caches = torch.randn((2, len(w.layers), n, w.kv_heads, total, w.head_dim), generator=gen)
+        python_k, python_v = caches[0].clone(), caches[1].clone()
+        native_k, native_v = caches[0].clone(), caches[1].clone()
+        allowed = torch.zeros((n, total))
+        allowed[1, :3] = float("-inf")  # rows with left padding
+        allowed[4, :6] = float("-inf")
+        cos, sin = w.rope(total, torch.device("cpu"), torch.float32)
+        positions = torch.tensor([[7], [4], [7], [7], [1]])
+        tokens = torch.randint(0, w.embed.shape[0], (n, 1), generator=gen)
+        for slot in range(prompt, total):
+            mask = allowed[:, : slot + 1].view(n, 1, 1, slot + 1)
+            expected = fast._forward(w, tokens, positions, python_k, python_v, slot, mask, cos, sin)
+            got = step(tokens, positions, native_k, native_v, slot, mask, cos, sin)
+            assert torch.equal(got, expected), f"slot {slot}: {(got - expected).abs().max().item():.3g}"
+            assert torch.equal(native_k, python_k) and torch.equal(native_v, python_v)
+            tokens, positions = expected.argmax(-1, keepdim=True), positions + 1
+
+
+def rollout(model, tok, decode: str, seed: int = 11):
+    backend = fast.FastBackend()
+    backend.decode = decode
+    torch.manual_seed(seed)
+    # top-p sampling, and every letter a stop string so that rows end at different lengths
+    return backend.generate(model, tok, TEXTS, 3, 24, 1.0, 0.9, list(string.ascii_letters), 512)
+
+
+@needs_compiler
+def test_a_rollout_samples_the_same_tokens_with_the_cpp_and_the_python_step(linear_library):
+    model, tok = float32_model("qwen2", seed=6)
+    assert native.op() is not None  # built and checked: the two rollouts below differ in their step
+    with_cpp, with_python = rollout(model, tok, "eager"), rollout(model, tok, "python")
+    assert with_cpp.completion_ids == with_python.completion_ids
+    assert with_cpp.finished == with_python.finished
+    assert len({len(c) for c in with_cpp.completion_ids}) > 1  # rows stopped at different lengths
+
+
+def test_models_it_does_not_compute_keep_the_python_step():
+    """float64 (the tests' exactness checks) and Qwen3's per-head norms stay in Python."""
+    model, _ = model64(seed=0)  # float64
+    assert not native.applies(fast._Weights(model))
+    qwen3, _ = other_architecture("qwen3", 0, head_dim=32)
+    assert not native.applies(fast._Weights(qwen3.float()))
+    assert native.applies(fast._Weights(model.float()))
+
+
+def test_a_bad_setting_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(native.ENV, "fortran")
+    with pytest.raises(UserError, match="AXIOM_RL_DECODE_STEP='fortran': use one of native, python"):
+        native.op()
+    monkeypatch.setenv(native.ENV, "python")
+    assert native.op() is None
+
+
+ROLLOUT_IN_A_FRESH_PROCESS = """
+import json, string, sys, warnings
+import torch
+from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.rollout.fast import FastBackend
+texts = json.loads(sys.argv[1])
+model, tok = build_tiny_model("nano", seed=4)
+torch.manual_seed(3)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    r = FastBackend().generate(model, tok, texts, 2, 12, 1.0, 1.0, [], 512)
+print(json.dumps({"ids": r.completion_ids, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def test_a_machine_that_cannot_build_it_decodes_in_python_and_says_so(tmp_path):
+    """A compiler that fails (as a missing one does): the rollout still runs, with the tokens
+    the Python step samples, and one warning says why; asked for the C++ step, it is an error."""
+    env = {**os.environ, "CXX": "/bin/false", "TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    env.pop(native.ENV, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", ROLLOUT_IN_A_FRESH_PROCESS, json.dumps(TEXTS)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert [w for w in result["warnings"] if "C++ decode step could not be built" in w] == result["warnings"][
+        :1
+    ]
+    assert len(result["warnings"]) == 1
+
+    model, tok = build_tiny_model("nano", seed=4)
+    backend = fast.FastBackend()
+    backend.decode = "python"
+    torch.manual_seed(3)
+    assert result["ids"] == backend.generate(model, tok, TEXTS, 2, 12, 1.0, 1.0, [], 512).completion_ids
+
+    env[native.ENV] = "native"
+    proc = subprocess.run(
+        [sys.executable, "-c", ROLLOUT_IN_A_FRESH_PROCESS, json.dumps(TEXTS)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "AXIOM_RL_DECODE_STEP=native, but the C++ decode step could not be built" in proc.stderr
