@@ -2,8 +2,9 @@
 // same ATen calls as `_forward` in fast.py (float32, one query token, the additive-mask branch of
 // `_attend`), in the same order and with the same arguments. The same kernels therefore run on the
 // same data and the logits come out bit for bit as from Python; what this file saves is Python's
-// own cost around each of the some 250 calls a step makes (parsing arguments, wrapping results),
-// which at these sizes is a large part of a token step. native.py builds and checks it.
+// own cost around each of the some 800 calls a step makes, views included (parsing arguments,
+// wrapping results), which at these sizes is a large part of a token step. native.py builds it
+// and checks it against the Python step.
 //
 // Keep it in step with `_forward`, `_rms`, `_rotate`, `_store` and `_attend`: the tests compare
 // the two bit for bit.
