@@ -134,6 +134,7 @@ def test_a_machine_that_cannot_build_it_decodes_in_python_and_says_so(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
+    assert list(tmp_path.glob("axiom_rl-*/decode_step"))  # it tried to build under TORCH_EXTENSIONS_DIR
     assert [w for w in result["warnings"] if "C++ decode step could not be built" in w] == result["warnings"][
         :1
     ]

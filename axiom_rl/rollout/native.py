@@ -46,12 +46,14 @@ def choice() -> str:
 
 
 def build_directory() -> Path:
-    """Where the built library lives: one per Python and PyTorch version (torch's own default
-    names neither, and a library built against another PyTorch would not load)."""
+    """Where the built library lives: under TORCH_EXTENSIONS_DIR (as torch's own builds) or
+    ~/.cache/torch_extensions, one per Python and PyTorch version (torch's default names no
+    PyTorch version, and a library built against another PyTorch would not load)."""
     from torch.utils.cpp_extension import get_default_build_root
 
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return Path(get_default_build_root()) / f"axiom_rl-{python}-torch{torch.__version__}" / "decode_step"
+    return Path(root) / f"axiom_rl-{python}-torch{torch.__version__}" / "decode_step"
 
 
 def _build() -> Callable[..., torch.Tensor]:
