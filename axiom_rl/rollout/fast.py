@@ -439,9 +439,9 @@ class FastBackend:
             if static and max_new_tokens > 1
             else None
         )
-        eager_step = (native.step_for(w) if self.decode != "python" else None) or functools.partial(
-            _forward, w
-        )
+        # The eager token step: one C++ call where native.py has one for this model, else _forward.
+        native_step = native.step_for(w) if static_step is None and self.decode != "python" else None
+        eager_step = native_step or functools.partial(_forward, w)
         steps = 0
         for t in range(max_new_tokens):
             if pad is not None and pad != eos:
