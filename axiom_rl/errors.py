@@ -8,6 +8,7 @@ with a traceback.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 
 
@@ -21,6 +22,16 @@ def choose(kind: str, name: str, allowed: Iterable[str]) -> str:
     if name not in allowed:
         raise UserError(f"unknown {kind} {name!r}; choose from: {', '.join(allowed)}")
     return name
+
+
+def env_choice(variable: str, allowed: Iterable[str]) -> str:
+    """The value of an environment variable that picks one of `allowed` (case and surrounding
+    spaces ignored), "" where it is unset or empty, else a one-line UserError."""
+    allowed = tuple(allowed)
+    chosen = os.environ.get(variable, "").strip().lower()
+    if chosen and chosen not in allowed:
+        raise UserError(f"{variable}={chosen!r}: use one of {', '.join(allowed)}")
+    return chosen
 
 
 def at_least(*checks: tuple[str, float, float]) -> None:

@@ -19,7 +19,6 @@ after run. On Intel CPUs, on other architectures, for other dtypes and on GPUs n
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import types
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..errors import UserError, env_choice
 
 ENV = "AXIOM_RL_CPU_MATMUL"
 CHOICES = ("onednn", "default")
@@ -52,10 +51,8 @@ def onednn_available() -> bool:
 @functools.cache
 def backend() -> str:
     """ "onednn" or "default": which library runs float32 linear layers on this machine's CPU."""
-    chosen = os.environ.get(ENV, "").strip().lower()
+    chosen = env_choice(ENV, CHOICES)
     if chosen:
-        if chosen not in CHOICES:
-            raise UserError(f"{ENV}={chosen!r}: use one of {', '.join(CHOICES)}")
         if chosen == "onednn" and not onednn_available():
             raise UserError(f"{ENV}=onednn, but this PyTorch build has no oneDNN")
         return chosen

@@ -46,8 +46,11 @@ def resolve_device(device: str) -> torch.device:
 
 def check_load_options(dtype: str, finetune: str = "auto") -> None:
     """The loading options that are names, checked before anything is written or loaded (the
-    CPU matmul library named in the environment among them)."""
+    CPU matmul library and the decode step named in the environment among them)."""
+    from ..rollout import native
+
     cpu_matmul.backend()
+    native.choice()
     if dtype != "auto" and dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose from: auto, {', '.join(DTYPES)}")
     if finetune not in FINETUNE_MODES:

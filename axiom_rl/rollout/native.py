@@ -2,9 +2,9 @@
 
 At a small model's sizes a token step is some 800 ATen calls (views included) on tensors of a
 few thousand values, and Python's cost around each call (parsing its arguments, wrapping its
-result) is a large part of the step. decode_step.cpp makes the same calls as fast._forward, in the same
-order, from C++: the same kernels run, so the logits and every sampled token are the same bits
-as with the Python step, and only the interpreter's share of the time goes.
+result) is a large part of the step. decode_step.cpp makes the same calls as fast._forward, in
+the same order, from C++: the same kernels run, so the logits and every sampled token are the
+same bits as with the Python step, and only the interpreter's share of the time goes.
 
 It is built once per machine, Python and PyTorch version with torch.utils.cpp_extension (a C++
 compiler and ninja; 15-40 s on 2 cores), into TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions,
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, env_choice
 
 ENV = "AXIOM_RL_DECODE_STEP"
 CHOICES = ("native", "python")
@@ -39,10 +39,7 @@ _lock = threading.Lock()
 
 def choice() -> str:
     """ "native", "python", or "" (the default: native where it builds)."""
-    chosen = os.environ.get(ENV, "").strip().lower()
-    if chosen and chosen not in CHOICES:
-        raise UserError(f"{ENV}={chosen!r}: use one of {', '.join(CHOICES)}")
-    return chosen
+    return env_choice(ENV, CHOICES)
 
 
 def build_directory() -> Path:
