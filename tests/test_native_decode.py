@@ -148,7 +148,7 @@ def test_a_machine_that_cannot_build_it_decodes_in_python_and_says_so(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert list(tmp_path.glob("axiom_rl-*/decode_step"))  # it tried to build under TORCH_EXTENSIONS_DIR
+    assert list(tmp_path.glob("axiom_rl-*/decode_step-*/decode_step.cpp"))  # it tried to build there
     assert len(result["warnings"]) == 1 and "C++ decode step could not be built" in result["warnings"][0]
 
     model, tok = build_tiny_model("nano", seed=4)
@@ -164,3 +164,25 @@ def test_a_machine_that_cannot_build_it_decodes_in_python_and_says_so(tmp_path):
     )  # fmt: skip
     assert proc.returncode != 0
     assert "AXIOM_RL_DECODE_STEP=native, but the C++ decode step could not be built" in proc.stderr
+
+
+@needs_compiler
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_run():
+    """torch marks a build in progress with a `lock` file that a killed build (SIGKILL, the OOM
+    killer) leaves behind, and torch's next load of that directory waits on it forever. With such
+    a file in this machine's build directory, a fresh process still decodes with the C++ step,
+    and says that it removed the file."""
+    assert native.op() is not None  # built here, or loaded from this machine's cache
+    stale = native.build_directory() / "lock"
+    stale.touch()
+    try:
+        env = {**os.environ, native.ENV: "native"}
+        proc = subprocess.run(
+            [sys.executable, "-c", ROLLOUT_IN_A_FRESH_PROCESS, json.dumps(TEXTS)],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        stale.unlink(missing_ok=True)  # whatever happened, later runs on this machine must not wait on it
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["warnings"] == []
+    assert f"removing {stale}, left by a build that was killed" in proc.stderr

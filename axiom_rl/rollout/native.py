@@ -16,14 +16,17 @@ be built or the check fails, the loop runs the Python step and a warning says wh
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
 import os
 import shutil
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ from ..errors import UserError, env_choice
 ENV = "AXIOM_RL_DECODE_STEP"
 CHOICES = ("native", "python")
 SOURCE = Path(__file__).with_name("decode_step.cpp")
+CFLAGS = ("-O2",)
 _lock = threading.Lock()
 
 
@@ -45,12 +49,17 @@ def choice() -> str:
 def build_directory() -> Path:
     """Where the built library lives: under TORCH_EXTENSIONS_DIR (as torch's own builds) or
     ~/.cache/torch_extensions, one per Python and PyTorch version (torch's default names no
-    PyTorch version, and a library built against another PyTorch would not load)."""
+    PyTorch version, and a library built against another PyTorch would not load) and per content
+    of decode_step.cpp. The source is compiled from a copy in that directory, so two checkouts of
+    the same code share one build: torch's build file names the source's path, and a build
+    shared by checkouts at two paths was rebuilt, silently, whenever the other one had last
+    loaded it."""
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return Path(root) / f"axiom_rl-{python}-torch{torch.__version__}" / "decode_step"
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:12]
+    return Path(root) / f"axiom_rl-{python}-torch{torch.__version__}" / f"decode_step-{digest}"
 
 
 def _build() -> Callable[..., torch.Tensor]:
@@ -65,25 +74,55 @@ def _build() -> Callable[..., torch.Tensor]:
             pass  # torch's load says that ninja is missing
     where = build_directory()
     where.mkdir(parents=True, exist_ok=True)
-    fresh = not any(where.glob("*.so"))
-    if fresh:
-        print(
-            f"axiom-rl: compiling the C++ decode step, once for this machine ({ENV}=python skips it)...",
-            file=sys.stderr,
-            flush=True,
+    with _builders_lock(where):
+        fresh = not any(where.glob("*.so"))
+        if fresh:
+            print(
+                f"axiom-rl: compiling the C++ decode step, once for this machine ({ENV}=python skips it)...",
+                file=sys.stderr,
+                flush=True,
+            )
+        started = time.perf_counter()
+        source = where / SOURCE.name
+        if not source.exists():  # the directory is named by its content: a copy there is this file
+            copying = where / f".{SOURCE.name}.{os.getpid()}"
+            shutil.copyfile(SOURCE, copying)
+            os.replace(copying, source)
+        load(
+            "axiom_rl_decode_step",
+            sources=[str(source)],
+            extra_cflags=list(CFLAGS),
+            build_directory=str(where),
+            is_python_module=False,
+            verbose=False,
         )
-    started = time.perf_counter()
-    load(
-        "axiom_rl_decode_step",
-        sources=[str(SOURCE)],
-        extra_cflags=["-O2"],
-        build_directory=str(where),
-        is_python_module=False,
-        verbose=False,
-    )
-    if fresh:
-        print(f"axiom-rl: compiled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        if fresh:
+            print(f"axiom-rl: compiled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return torch.ops.axiom_rl.decode_step
+
+
+@contextlib.contextmanager
+def _builders_lock(where: Path) -> Iterator[None]:
+    """Hold an flock on `where` while torch builds or loads the library there, and clear a lock
+    file that torch's own lock left behind. torch marks a build in progress with a plain `lock`
+    file, which a process killed mid-build (SIGKILL, the OOM killer) never removes, and every
+    later load waits on it forever, silently. The kernel drops an flock with its holder, so a
+    process that holds this one knows that no live builder of this directory (all of them take
+    it) owns torch's file."""
+    with open(where / "axiom_rl.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            stale = where / "lock"
+            if stale.exists():
+                print(
+                    f"axiom-rl: removing {stale}, left by a build that was killed",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _first_line(error: BaseException) -> str:
