@@ -103,6 +103,7 @@ ABLATIONS = {
     "shared-prompts": ("each group's prompt run once in the training passes, as on a CPU (GPU only)", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
     "python-decode": ("the decode step's calls made from Python, not from the C++ step (CPU only)", {}),
+    "aten-attention": ("the C++ step's attention as ATen's matmuls, not its own kernel (CPU only)", {}),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -113,6 +114,7 @@ ABLATION_DEVICE = {
     "shared-prompts": "cuda",
     "eager-decode": "cuda",
     "python-decode": "cpu",
+    "aten-attention": "cpu",
 }
 
 
@@ -144,6 +146,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.rollout.fast import FastBackend
 
         FastBackend.decode = "python"
+    elif ablation == "aten-attention":
+        from axiom_rl.rollout import native
+
+        native.ATTENTION_KERNEL = False
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 

@@ -242,8 +242,11 @@ def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):
     """A real Ctrl-C mid-evaluation: exit code 130, no traceback, and a line naming the stored run
     and how to finish it; the same command then does."""
     db = tmp_path / "r.db"
+    # Enough problems that the run is still going when the poll below sees its first attempt: at
+    # 400, a fast decode step finished them all within one poll (about 10 ms a batch here).
+    COUNT = 2000
     args = [sys.executable, "-m", "axiom_rl", "eval", "--model", str(model_dir), "--task", "countdown",
-            "--count", "400", "--batch-size", "4", "--max-completion-length", "8", "--db", str(db)]  # fmt: skip
+            "--count", str(COUNT), "--batch-size", "4", "--max-completion-length", "8", "--db", str(db)]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -258,11 +261,11 @@ def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):
     name = f"{str(model_dir).replace('/', '_')}-countdown-d1-greedy-s0"
     assert f"stored in {db} as run {name!r}: the same command finishes it" in stderr
     with ResultsDB(db) as store:
-        assert 0 < len(store.attempts(store.require_run(name))) < 400
+        assert 0 < len(store.attempts(store.require_run(name))) < COUNT
     finished = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     with ResultsDB(db) as store:
-        assert len(store.attempts(store.require_run(name))) == 400
+        assert len(store.attempts(store.require_run(name))) == COUNT
 
 
 def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):

@@ -1,6 +1,7 @@
-"""The C++ decode step (rollout/native.py, decode_step.cpp) computes the Python step's logits
-bit for bit, so a rollout samples the same tokens with either; a machine that cannot build it
-decodes in Python and says so."""
+"""The C++ decode step (rollout/native.py, decode_step.cpp) computes the Python step's logits:
+bit for bit with ATen's attention, to float32 rounding with its own attention kernel; a rollout
+samples the same tokens with either; a machine that cannot build it decodes in Python and says
+so."""
 
 from __future__ import annotations
 
@@ -43,9 +44,16 @@ def float32_model(arch: str, seed: int):
     return model.float(), tok
 
 
+@pytest.fixture(params=[False, True], ids=["aten-attention", "attention-kernel"])
+def attention_kernel(request, monkeypatch):
+    monkeypatch.setattr(native, "ATTENTION_KERNEL", request.param)
+    return request.param
+
+
 @needs_compiler
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])  # q/k/v biases, and none
-def test_the_cpp_step_gives_the_python_step_s_bits(arch, linear_library):
+def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, attention_kernel):
+    """Without the attention kernel, the same bits; with it, the same to float32 rounding."""
     model, _ = float32_model(arch, seed=1)
     with torch.inference_mode():
         w = fast._Weights(model)
@@ -64,13 +72,70 @@ def test_the_cpp_step_gives_the_python_step_s_bits(arch, linear_library):
         cos, sin = w.rope(total, torch.device("cpu"), torch.float32)
         positions = torch.tensor([[7], [4], [7], [7], [1]])
         tokens = torch.randint(0, w.embed.shape[0], (n, 1), generator=gen)
+        same = (
+            torch.equal if not attention_kernel else lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+        )
         for slot in range(prompt, total):
             mask = allowed[:, : slot + 1].view(n, 1, 1, slot + 1)
             expected = fast._forward(w, tokens, positions, python_k, python_v, slot, mask, cos, sin)
             got = step(tokens, positions, native_k, native_v, slot, mask, cos, sin)
-            assert torch.equal(got, expected), f"slot {slot}: {(got - expected).abs().max().item():.3g}"
-            assert torch.equal(native_k, python_k) and torch.equal(native_v, python_v)
+            assert same(got, expected), f"slot {slot}: {(got - expected).abs().max().item():.3g}"
+            assert same(native_k, python_k) and same(native_v, python_v)
+            assert torch.equal(got.argmax(-1), expected.argmax(-1))
             tokens, positions = expected.argmax(-1, keepdim=True), positions + 1
+            python_k.copy_(native_k)  # each slot from the same caches, so that differences do not add up
+            python_v.copy_(native_v)
+
+
+def matmul_attention(q, keys, values, mask, scale):
+    """fast._attend's grouped matmuls, at [N, kvh, G, hd] queries."""
+    scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(mask)
+    return torch.matmul(scores.softmax(-1), values)
+
+
+@needs_compiler
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128])
+@pytest.mark.parametrize("groups", [1, 2, 7])  # query heads per K/V head (Qwen2-0.5B: 7)
+def test_the_attention_kernel_agrees_with_the_matmuls_whatever_the_threads(head_dim, groups):
+    assert native.op() is not None
+    kernel = torch.ops.axiom_rl.attend_one_token
+    gen = torch.Generator().manual_seed(head_dim + groups)
+    n, kv_heads, slots, used = 6, 2, 40, 29
+    cache_k, cache_v = torch.randn(
+        (2, 3, n, kv_heads, slots, head_dim), generator=gen
+    )  # [layers, ...] as the loop's
+    keys, values = cache_k[1, :, :, :used], cache_v[1, :, :, :used]  # strided: a slice of the cache
+    q = torch.randn((n, kv_heads, groups, head_dim), generator=gen)
+    allowed = torch.zeros((n, slots))
+    allowed[2, :5] = float("-inf")  # left padding
+    allowed[5, :28] = float("-inf")  # one slot left
+    mask = allowed[:, :used].view(n, 1, 1, used)  # a strided view, as the loop passes it
+    scale = head_dim**-0.5
+    expected = matmul_attention(q, keys, values, mask, scale)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            results.append(kernel(q, keys, values, mask, scale))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(results[0], results[1])  # each (row, K/V head) summed by one thread, in one order
+    assert torch.allclose(results[0], expected, rtol=1e-5, atol=1e-6), (results[0] - expected).abs().max()
+    assert torch.allclose(
+        results[0][5], values[5, :, 28:29].expand(kv_heads, groups, head_dim)
+    )  # only the last slot
+
+
+@needs_compiler
+def test_the_attention_kernel_refuses_what_it_does_not_cover():
+    assert native.op() is not None
+    kernel = torch.ops.axiom_rl.attend_one_token
+    q, kv, mask = torch.randn(2, 1, 2, 8), torch.randn(2, 1, 5, 8), torch.zeros(2, 1, 1, 5)
+    with pytest.raises(RuntimeError, match="no kernel for head size 8"):
+        kernel(q, kv, kv, mask, 0.5)
+    with pytest.raises(RuntimeError, match="float32 only"):
+        kernel(q.double(), kv.double(), kv.double(), mask.double(), 0.5)
 
 
 def rollout(model, tok, decode: str, seed: int = 11):
@@ -82,7 +147,10 @@ def rollout(model, tok, decode: str, seed: int = 11):
 
 
 @needs_compiler
-def test_a_rollout_samples_the_same_tokens_with_the_cpp_and_the_python_step(linear_library):
+def test_a_rollout_samples_the_same_tokens_with_the_cpp_and_the_python_step(linear_library, attention_kernel):
+    """Without the attention kernel this holds for every seed (the same bits); with it, a token
+    could differ only where a uniform draw falls within float32 rounding of the edge between two
+    tokens, which no draw of this seed does."""
     model, tok = float32_model("qwen2", seed=6)
     assert native.op() is not None  # built and checked: the two rollouts below differ in their step
     with_cpp, with_python = rollout(model, tok, "eager"), rollout(model, tok, "python")
