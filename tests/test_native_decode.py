@@ -100,15 +100,15 @@ def test_the_attention_kernel_agrees_with_the_matmuls_whatever_the_threads(head_
     assert native.op() is not None
     kernel = torch.ops.axiom_rl.attend_one_token
     gen = torch.Generator().manual_seed(head_dim + groups)
-    n, kv_heads, slots, used = 6, 2, 40, 29
-    cache_k, cache_v = torch.randn(
-        (2, 3, n, kv_heads, slots, head_dim), generator=gen
-    )  # [layers, ...] as the loop's
+    # 32 (row, K/V head) pairs over 280 slots: enough work that two threads split it (the
+    # kernel keeps small work on one thread)
+    n, kv_heads, slots, used = 16, 2, 300, 280
+    cache_k, cache_v = torch.randn((2, 3, n, kv_heads, slots, head_dim), generator=gen)  # [layer, ...] each
     keys, values = cache_k[1, :, :, :used], cache_v[1, :, :, :used]  # strided: a slice of the cache
     q = torch.randn((n, kv_heads, groups, head_dim), generator=gen)
     allowed = torch.zeros((n, slots))
     allowed[2, :5] = float("-inf")  # left padding
-    allowed[5, :28] = float("-inf")  # one slot left
+    allowed[5, : used - 1] = float("-inf")  # one slot left
     mask = allowed[:, :used].view(n, 1, 1, used)  # a strided view, as the loop passes it
     scale = head_dim**-0.5
     expected = matmul_attention(q, keys, values, mask, scale)
@@ -122,9 +122,8 @@ def test_the_attention_kernel_agrees_with_the_matmuls_whatever_the_threads(head_
         torch.set_num_threads(threads)
     assert torch.equal(results[0], results[1])  # each (row, K/V head) summed by one thread, in one order
     assert torch.allclose(results[0], expected, rtol=1e-5, atol=1e-6), (results[0] - expected).abs().max()
-    assert torch.allclose(
-        results[0][5], values[5, :, 28:29].expand(kv_heads, groups, head_dim)
-    )  # only the last slot
+    only_slot = values[5, :, used - 1 : used].expand(kv_heads, groups, head_dim)
+    assert torch.allclose(results[0][5], only_slot)
 
 
 @needs_compiler
