@@ -242,22 +242,30 @@ def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):
     """A real Ctrl-C mid-evaluation: exit code 130, no traceback, and a line naming the stored run
     and how to finish it; the same command then does."""
     db = tmp_path / "r.db"
-    # Enough problems that the run is still going when the poll below sees its first attempt: at
-    # 400, a fast decode step finished them all within one poll (about 10 ms a batch here).
+    # Enough problems that the run is still going when the poll below sees its first attempt (a
+    # fast decode step did all 400 of an earlier version between two polls).
     COUNT = 2000
     args = [sys.executable, "-m", "axiom_rl", "eval", "--model", str(model_dir), "--task", "countdown",
             "--count", str(COUNT), "--batch-size", "4", "--max-completion-length", "8", "--db", str(db)]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
+    started = time.monotonic()
+    seen, errors = None, []
+    while time.monotonic() < started + 120 and proc.poll() is None:
+        time.sleep(0.05)
         if db.exists():
-            with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(db)) as conn:
-                if conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] > 0:
-                    break
+            try:  # a short busy timeout: a poll that waits on the writer's lock must not stall the loop
+                with contextlib.closing(sqlite3.connect(db, timeout=0.05)) as conn:
+                    stored = conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+            except sqlite3.Error as e:
+                errors.append(str(e))
+                continue
+            if stored > 0:
+                seen = (round(time.monotonic() - started, 2), stored)
+                break
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    polls = f"first attempts seen (s, count): {seen}; poll errors: {sorted(set(errors))[:3]}"
+    assert proc.returncode == 130 and "Traceback" not in stderr, f"{polls}\n{stderr[-2000:]}"
     name = f"{str(model_dir).replace('/', '_')}-countdown-d1-greedy-s0"
     assert f"stored in {db} as run {name!r}: the same command finishes it" in stderr
     with ResultsDB(db) as store:
