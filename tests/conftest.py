@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -76,6 +77,15 @@ def needs_shared_data(path: Path):
     )
 
 
+def as_from_a_terminal() -> None:
+    """Popen's preexec_fn for a child that a test interrupts as a user's Ctrl-C would: SIGINT and
+    SIGQUIT back to their defaults. A shell starts a background job (`make test &`, a CI step run
+    so) with both ignored, its children inherit that, and Python then installs no KeyboardInterrupt
+    handler at all, so the signal the test sends would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def run_in_background(args: list[str], run: Path, steps: int = 2) -> subprocess.Popen:
     """`python -m axiom_rl ARGS` started in the background, returned once the run directory RUN's
     metrics.jsonl holds `steps` rows (or after two minutes): a run under way, to interrupt."""
@@ -84,6 +94,7 @@ def run_in_background(args: list[str], run: Path, steps: int = 2) -> subprocess.
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     deadline = time.monotonic() + 120
     metrics = run / "metrics.jsonl"

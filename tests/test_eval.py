@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HUMANEVAL, needs_shared_data, run_in_background
+from conftest import HUMANEVAL, as_from_a_terminal, needs_shared_data, run_in_background
 
 from axiom_rl.cli import main, resolve_config
 from axiom_rl.config import EvalConfig, SFTConfig
@@ -242,12 +242,12 @@ def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):
     """A real Ctrl-C mid-evaluation: exit code 130, no traceback, and a line naming the stored run
     and how to finish it; the same command then does."""
     db = tmp_path / "r.db"
-    # Enough problems that the run is still going when the poll below sees its first attempt (a
-    # fast decode step did all 400 of an earlier version between two polls).
-    COUNT = 2000
+    COUNT = 1000  # at 3-10 ms a batch of 4, seconds of work left when the poll below sees the first
     args = [sys.executable, "-m", "axiom_rl", "eval", "--model", str(model_dir), "--task", "countdown",
             "--count", str(COUNT), "--batch-size", "4", "--max-completion-length", "8", "--db", str(db)]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal
+    )
     started = time.monotonic()
     seen, errors = None, []
     while time.monotonic() < started + 120 and proc.poll() is None:
