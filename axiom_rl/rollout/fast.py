@@ -16,8 +16,9 @@ CPU. This loop runs the same arithmetic with nothing else:
 - in float32 on CPUs where oneDNN's matmuls beat MKL's (models/cpu_matmul.py), the weights are
   packed for oneDNN once per rollout;
 - in float32 on a CPU the decode step runs as one C++ call (decode_step.cpp, built once by
-  native.py): the same ATen calls as the Python step, so the same bits, without the interpreter's
-  cost around each of them;
+  native.py): the same ATen calls as the Python step without the interpreter's cost around each
+  of them, and attention in a kernel of its own, so the logits agree with the Python step's to
+  float32 rounding (the same bits with native.ATTENTION_KERNEL off);
 - on a CUDA device the decode step runs with static shapes, captured once per rollout as a CUDA
   graph and replayed per token (see _StaticDecode): there, launching kernels is the cost.
 
