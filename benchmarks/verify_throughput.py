@@ -14,6 +14,13 @@ approach; expected values are then inside the untrusted process, which axiom-rl 
 Both sides use the same number of workers and the same per-submission time limit. The script
 also checks that both reach the same verdicts (pass or not) on every submission.
 
+A third column is a reference point, not a sandbox: "fork server", what a fresh process per
+check costs with no isolation at all. One preloaded interpreter per worker (the sandbox's own
+list of preloaded modules) forks a child per check, which exec()s the same program as the
+baseline (tests in the submission's own process, so gameable) under a wall-clock timer and
+exits. The distance between it and axiom-rl is the price of what axiom-rl adds: namespaces,
+limits, a separate process for the tests with the candidate reached by RPC.
+
     python benchmarks/verify_throughput.py [--rounds 3] [--mixed 1000] [--workers N] [--timeout 2]
     python benchmarks/verify_throughput.py --mixed 0 --rounds 7   # HumanEval only (under a minute)
 """
@@ -21,15 +28,19 @@ also checks that both reach the same verdicts (pass or not) on every submission.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import faulthandler
 import io
 import multiprocessing
 import os
 import platform
+import queue
 import random
 import signal
 import statistics
+import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -140,6 +151,85 @@ def run_harness(programs: list[str], workers: int, timeout: float) -> list[bool]
         return list(pool.map(lambda prog: harness_check(prog, timeout), programs))
 
 
+# ----------------------------------------------------------- a reference point: no isolation at all
+
+FORK_SERVER = r"""
+import io, os, signal, struct, sys, gc
+sys.path.insert(0, ROOT)
+for name in PRELOAD + ["axiom_rl.tasks.checkers"]:  # the checkers: the baseline's processes have them too
+    __import__(name)
+gc.collect()
+gc.freeze()
+requests, answers = sys.stdin.buffer, sys.stdout.buffer
+while header := requests.read(12):
+    size, timeout = struct.unpack("<Id", header)
+    program = requests.read(size).decode()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        signal.setitimer(signal.ITIMER_REAL, timeout)  # SIGALRM's default action ends the child
+        sys.stdout = sys.stderr = io.StringIO()
+        try:
+            exec(program, {"__name__": "__main__"})
+            os.write(w, b"1")
+        finally:
+            os._exit(0)
+    os.close(w)
+    passed = os.read(r, 1) == b"1"
+    os.close(r)
+    os.waitpid(pid, 0)
+    answers.write(b"1" if passed else b"0")
+    answers.flush()
+"""
+
+
+def sandbox_preload() -> list[str]:
+    """The modules the sandbox's monitor preloads (server.py's PRELOAD, read without importing
+    server.py, which is a script with sibling imports)."""
+    tree = ast.parse((ROOT / "axiom_rl" / "sandbox" / "server.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PRELOAD" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError("server.py has no PRELOAD list")
+
+
+class ForkServers:
+    """One preloaded interpreter per worker, each forking a child per check; see the docstring."""
+
+    def __init__(self, workers: int) -> None:
+        code = f"ROOT = {str(ROOT)!r}\nPRELOAD = {sandbox_preload()!r}\n{FORK_SERVER}"
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            for _ in range(workers)
+        ]
+        self.free: queue.Queue = queue.Queue()
+        for proc in self.procs:
+            self.free.put(proc)
+
+    def check(self, program: str, timeout: float) -> bool:
+        proc = self.free.get()
+        try:
+            data = program.encode()
+            proc.stdin.write(struct.pack("<Id", len(data), timeout) + data)
+            proc.stdin.flush()
+            answer = proc.stdout.read(1)
+            if not answer:
+                raise RuntimeError("a fork server died")
+            return answer == b"1"
+        finally:
+            self.free.put(proc)
+
+    def run(self, programs: list[str], timeout: float) -> list[bool]:
+        with ThreadPoolExecutor(max_workers=len(self.procs)) as pool:
+            return list(pool.map(lambda prog: self.check(prog, timeout), programs))
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stdin.close()
+            proc.wait(timeout=10)
+
+
 # ------------------------------------------------------------------------------ workloads
 
 
@@ -225,13 +315,17 @@ def main() -> None:
         f"workers {args.workers}, timeout {args.timeout}s per submission, {args.rounds} rounds alternating A/B\n"
     )
     sandbox = Sandbox(workers=args.workers).start()
-    print(f"axiom-rl sandbox: {sandbox.isolation}\n")
+    print(f"axiom-rl sandbox: {sandbox.isolation}")
+    fork_servers = ForkServers(args.workers)
+    print(
+        "fork server (a reference point, no isolation): a preloaded fork per check, tests in its own process\n"
+    )
     results = {}
     for name, items in workloads.items():
         problems = [p for p, _ in items]
         codes = [c for _, c in items]
         programs = [harness_program_for(p, c) for p, c in items]
-        ours_t, base_t = [], []
+        ours_t, base_t, fork_t = [], [], []
         agree = True
         fenced = [f"```python\n{c}\n```" for c in codes]
         for _ in range(args.rounds):
@@ -241,12 +335,17 @@ def main() -> None:
             start = time.perf_counter()
             passed = run_harness(programs, args.workers, args.timeout)
             base_t.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            forked = fork_servers.run(programs, args.timeout)
+            fork_t.append(time.perf_counter() - start)
             ours_pass = [v.ok for v in verdicts]
-            agree = agree and ours_pass == passed
+            agree = agree and ours_pass == passed == forked
         n = len(items)
         ours_rate = [n / t for t in ours_t]
         base_rate = [n / t for t in base_t]
+        fork_rate = [n / t for t in fork_t]
         ratio = [a / b for a, b in zip(ours_rate, base_rate)]
+        fork_ratio = [a / b for a, b in zip(fork_rate, base_rate)]
         results[name] = {
             "n": n,
             "axiom_per_s": statistics.median(ours_rate),
@@ -255,19 +354,25 @@ def main() -> None:
             "harness_range": (min(base_rate), max(base_rate)),
             "ratio": statistics.median(ratio),
             "ratio_range": (min(ratio), max(ratio)),
+            "fork_per_s": statistics.median(fork_rate),
+            "fork_ratio": statistics.median(fork_ratio),
+            "fork_ratio_range": (min(fork_ratio), max(fork_ratio)),
             "passed": sum(ours_pass),
             "agree": agree,
         }
     sandbox.close()
+    fork_servers.close()
 
     print(
-        f"{'workload':<26} {'n':>5}  {'axiom-rl /s (range)':>24}  {'he-harness /s (range)':>24}  {'ratio (range)':>18}  passed  same verdicts"
+        f"{'workload':<26} {'n':>5}  {'axiom-rl /s (range)':>24}  {'he-harness /s (range)':>24}  {'ratio (range)':>18}"
+        f"  passed  same verdicts  {'fork server /s, ratio (range)':>32}"
     )
     for name, r in results.items():
         print(
             f"{name:<26} {r['n']:>5}  {r['axiom_per_s']:>9.1f} ({r['axiom_range'][0]:.1f}-{r['axiom_range'][1]:.1f})"
             f"  {r['harness_per_s']:>9.1f} ({r['harness_range'][0]:.1f}-{r['harness_range'][1]:.1f})"
-            f"  {r['ratio']:>6.2f}x ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})  {r['passed']:>6}  {r['agree']}"
+            f"  {r['ratio']:>6.2f}x ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})  {r['passed']:>6}  {r['agree']!s:>12}"
+            f"  {r['fork_per_s']:>9.1f}, {r['fork_ratio']:.2f}x ({r['fork_ratio_range'][0]:.2f}-{r['fork_ratio_range'][1]:.2f})"
         )
 
 
