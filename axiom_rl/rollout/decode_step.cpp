@@ -141,10 +141,24 @@ void attend_pairs(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
   });
 }
 
-// q [N, kvh, G, hd]; keys, values [N, kvh, T, hd] (rows of hd contiguous); mask [N, 1, 1, T], an
-// additive bias. Returns [N, kvh, G, hd]. Head sizes 16, 32, 64 and 128 (see `has_kernel`).
-bool has_kernel(int64_t hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128; }
+using AttendPairs = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            at::Tensor&, at::Tensor&, float);
 
+// The kernel built for head size `hd`, or nullptr: the one list of the sizes covered.
+AttendPairs kernel_for(int64_t hd) {
+  switch (hd) {
+    case 16: return attend_pairs<16>;
+    case 32: return attend_pairs<32>;
+    case 64: return attend_pairs<64>;
+    case 128: return attend_pairs<128>;
+    default: return nullptr;
+  }
+}
+
+bool has_kernel(int64_t hd) { return kernel_for(hd) != nullptr; }
+
+// q [N, kvh, G, hd]; keys, values [N, kvh, T, hd] (rows of hd contiguous); mask [N, 1, 1, T], an
+// additive bias. Returns [N, kvh, G, hd]. Head sizes: see `kernel_for`.
 at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, const at::Tensor& values,
                             const at::Tensor& mask_in, double scale) {
   const at::Tensor q = q_in.contiguous();
@@ -154,14 +168,11 @@ at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, cons
               "attend_one_token: float32 only");
   TORCH_CHECK(keys.stride(-1) == 1 && values.stride(-1) == 1, "attend_one_token: rows of hd contiguous");
   const int64_t n = q.size(0), kvh = q.size(1), groups = q.size(2), hd = q.size(3), t_len = keys.size(2);
+  const AttendPairs kernel = kernel_for(hd);
+  TORCH_CHECK(kernel != nullptr, "attend_one_token: no kernel for head size ", hd);
   at::Tensor scores = at::empty({n, kvh, groups, t_len}, q.options());
   at::Tensor out = at::empty({n, kvh, groups, hd}, q.options());
-  const float s = static_cast<float>(scale);
-  if (hd == 64) attend_pairs<64>(q, keys, values, mask, scores, out, s);
-  else if (hd == 128) attend_pairs<128>(q, keys, values, mask, scores, out, s);
-  else if (hd == 32) attend_pairs<32>(q, keys, values, mask, scores, out, s);
-  else if (hd == 16) attend_pairs<16>(q, keys, values, mask, scores, out, s);
-  else TORCH_CHECK(false, "attend_one_token: no kernel for head size ", hd);
+  kernel(q, keys, values, mask, scores, out, static_cast<float>(scale));
   return out;
 }
 
