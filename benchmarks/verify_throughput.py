@@ -169,6 +169,9 @@ while header := requests.read(12):
     if pid == 0:
         os.close(r)
         signal.setitimer(signal.ITIMER_REAL, timeout)  # SIGALRM's default action ends the child
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the server's pipes carry the protocol: the program gets none of them
+            os.dup2(null, fd)
         sys.stdout = sys.stderr = io.StringIO()
         try:
             exec(program, {"__name__": "__main__"})
