@@ -910,14 +910,22 @@ def test_seed_flag_names_and_yaml_with_overrides(tmp_path):
 def test_two_processes_with_accelerate_launch(tmp_path):
     run = tmp_path / "ddp"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
+    # In a session of its own: if the run hangs, the launcher and both ranks are killed together
+    # (killing the launcher alone would leave the ranks running after the test).
+    proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "axiom_rl", "train",
          "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--device", "cpu", "--steps", "2",
          "--prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "8", "--output-dir", str(run)],
-        capture_output=True, text=True, timeout=300, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    try:
+        _, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        pytest.fail(f"two ranks did not finish in 300 s (a hang at exit?):\n{stderr[-3000:]}")
+    assert proc.returncode == 0, stderr[-3000:]
     assert "2 process(es)" in (run / "train.log").read_text()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]

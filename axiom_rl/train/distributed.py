@@ -8,6 +8,7 @@ process (the usual case) nothing is wrapped and nothing is communicated.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -73,6 +74,16 @@ class Parallel:
             torch.distributed.barrier()
 
     def close(self) -> None:
+        """End the process group, once the caller has dropped its references to the wrapped model.
+
+        DDP's reducer holds the process group. Freed after the group is destroyed, it would drop
+        the group's last reference and run gloo's destructor holding the GIL, which joins gloo's
+        worker threads while one of them may be waiting for the GIL to free a finished
+        collective's tensors: a hang at exit, about one run in fifteen here (pytorch#56297). So
+        the wrapper goes first, with the group still registered, and the group is destroyed from
+        Python, which releases the GIL for it."""
         if self.accelerator is not None and torch.distributed.is_initialized():
             torch.distributed.barrier()
+            self.accelerator.free_memory()  # accelerate's own references to the wrapped model
+            gc.collect()  # a module and its hooks form cycles: free the wrapper and its reducer now
             torch.distributed.destroy_process_group()

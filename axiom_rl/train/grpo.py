@@ -564,6 +564,7 @@ def _train(
         if not result.stopped_early and parallel.is_main:
             save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
             log.info(f"finished: final model in {run_dir / 'final_model'}")
+    del train_model  # the DDP wrapper (see Parallel.close)
     parallel.close()
     return result
 
