@@ -104,6 +104,7 @@ ABLATIONS = {
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
     "python-decode": ("the decode step's calls made from Python, not from the C++ step (CPU only)", {}),
     "aten-attention": ("the C++ step's attention as ATen's matmuls, not its own kernel (CPU only)", {}),
+    "onednn-linear": ("the rollout's linear layers in oneDNN, not the C++ step's kernel (CPU only)", {}),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -115,6 +116,7 @@ ABLATION_DEVICE = {
     "eager-decode": "cuda",
     "python-decode": "cpu",
     "aten-attention": "cpu",
+    "onednn-linear": "cpu",
 }
 
 
@@ -150,6 +152,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.rollout import native
 
         native.ATTENTION_KERNEL = False
+    elif ablation == "onednn-linear":
+        from axiom_rl.rollout import native
+
+        native.MATMUL_KERNEL = False
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 

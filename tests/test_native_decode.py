@@ -1,7 +1,9 @@
 """The C++ decode step (rollout/native.py, decode_step.cpp) computes the Python step's logits:
-bit for bit with ATen's attention, to float32 rounding with its own attention kernel; a rollout
-samples the same tokens with either; a machine that cannot build it decodes in Python and says
-so."""
+bit for bit with ATen's attention, to float32 rounding with its own attention kernel, with each
+library for the linear layers (its own kernel, oneDNN, PyTorch's); a rollout samples the same
+tokens with either step; its linear kernel agrees with F.linear, with the same bits on AVX2 and
+AVX-512 and with any number of threads; a machine that cannot build it decodes in Python and
+says so."""
 
 from __future__ import annotations
 
@@ -27,16 +29,31 @@ needs_compiler = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(params=["onednn", "default"])
+def panel_kernel() -> bool:
+    """Whether decode_step.cpp's linear kernel runs here (built, and an x86-64 CPU with AVX2)."""
+    return native.op() is not None and torch.ops.axiom_rl.panel_kernel()
+
+
+@pytest.fixture(params=["panels", "onednn", "default"])
 def linear_library(request, monkeypatch):
-    """The library the model's float32 linear layers use: oneDNN (weights packed per rollout) or
-    PyTorch's own F.linear."""
-    if request.param == "onednn" and not cpu_matmul.onednn_available():
-        pytest.skip("this PyTorch build has no oneDNN")
-    monkeypatch.setenv(cpu_matmul.ENV, request.param)
+    """What runs the rollout's float32 linear layers: decode_step.cpp's own kernel or oneDNN
+    (weights packed per rollout for either), or PyTorch's own F.linear."""
+    if request.param != "default" and not cpu_matmul.onednn_available():
+        pytest.skip("this PyTorch build has no oneDNN, so the rollout keeps F.linear")
+    if request.param == "panels" and not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+    monkeypatch.setenv(cpu_matmul.ENV, "default" if request.param == "default" else "onednn")
+    monkeypatch.setattr(native, "MATMUL_KERNEL", request.param == "panels")
     cpu_matmul.backend.cache_clear()
     yield request.param
     cpu_matmul.backend.cache_clear()
+
+
+LINEAR_OF = {
+    "panels": native.linear_panels,
+    "onednn": cpu_matmul.linear_packed,
+    "default": torch.nn.functional.linear,
+}
 
 
 def float32_model(arch: str, seed: int):
@@ -57,7 +74,7 @@ def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, at
     model, _ = float32_model(arch, seed=1)
     with torch.inference_mode():
         w = fast._Weights(model)
-        assert (w.linear is cpu_matmul.linear_packed) == (linear_library == "onednn")
+        assert w.linear is LINEAR_OF[linear_library]
         step = native.step_for(w)
         assert step is not None
         n, prompt, new = 5, 7, 6
@@ -135,6 +152,54 @@ def test_the_attention_kernel_refuses_what_it_does_not_cover():
         kernel(q, kv, kv, mask, 0.5)
     with pytest.raises(RuntimeError, match="float32 only"):
         kernel(q.double(), kv.double(), kv.double(), mask.double(), 0.5)
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "rows,inputs,outputs",
+    [(16, 256, 512), (5, 33, 37), (23, 64, 48), (1, 16, 3), (64, 40, 100), (0, 8, 16)],
+)  # tiles of 16 rows and what is left, panels of 16 columns and a narrower last one
+def test_the_linear_kernel_agrees_with_f_linear_on_every_instruction_set_and_thread_count(
+    rows, inputs, outputs
+):
+    if not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+    gen = torch.Generator().manual_seed(rows + inputs + outputs)
+    x = torch.randn((2, rows, inputs), generator=gen)  # leading dimensions, as the step passes them
+    weight, bias = torch.randn((outputs, inputs), generator=gen), torch.randn(outputs, generator=gen)
+    packed = native.pack_panels(weight)
+    assert packed.shape == weight.shape and not torch.equal(packed, weight)  # the same values, reordered
+    assert torch.equal(packed.flatten().sort().values, weight.flatten().sort().values)
+    expected = torch.nn.functional.linear(x.double(), weight.double(), bias.double())
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for isa in (1, 2):  # AVX2, AVX-512 (where this CPU has it)
+            for count in (1, 2):
+                torch.set_num_threads(count)
+                try:
+                    results.append(torch.ops.axiom_rl.linear_panels(x, packed, bias, isa))
+                except RuntimeError as e:
+                    assert isa == 2 and "no kernel for this CPU" in str(e)
+    finally:
+        torch.set_num_threads(threads)
+    assert results[0].shape == (2, rows, outputs)
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    assert torch.allclose(results[0].double(), expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(native.linear_panels(x, packed, bias), results[0])  # what a rollout calls
+
+
+@needs_compiler
+def test_the_linear_kernel_refuses_what_it_does_not_cover():
+    if not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+    packed = native.pack_panels(torch.randn(4, 8))
+    with pytest.raises(RuntimeError, match="x has 6 features, the weight 8"):
+        native.linear_panels(torch.randn(2, 6), packed)
+    with pytest.raises(RuntimeError, match="float32 only"):
+        native.linear_panels(torch.randn(2, 8, dtype=torch.float64), packed)
+    with pytest.raises(RuntimeError, match="a float32 \\[N, K\\] weight"):
+        native.pack_panels(torch.randn(4, 8, 2))
 
 
 def rollout(model, tok, decode: str, seed: int = 11):

@@ -5,11 +5,13 @@
 // views included (parsing arguments, wrapping results), which at these sizes is a large part of a
 // token step. native.py builds it and checks it against the Python step.
 //
-// One part is not ATen's: with `attention_kernel`, a query token's attention over the cache runs
+// Two parts are not ATen's. With `attention_kernel`, a query token's attention over the cache runs
 // in `attend_one_token` below, which reads the cache at up to three times the speed of ATen's
 // batched matmul at these shapes. It computes the same products, summed in another order, so the
 // logits agree with the Python step's to float32 rounding (about 1e-7 relative), not bit for bit;
-// without it, they are the same bits.
+// without it, they are the same bits. And `linear_panels`, a linear layer for the few rows of a
+// decode step, which the Python step calls too where native.py packs the weights for it (so the
+// two steps still agree bit for bit there).
 //
 // Keep it in step with `_forward`, `_rms`, `_rotate`, `_store` and `_attend`: the tests compare
 // the two bit for bit (attention kernel off) and to rounding (on).
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <vector>
 
 namespace {
 
@@ -29,9 +32,16 @@ using LinearPointwise = at::Tensor(const at::Tensor&, const at::Tensor&, const s
                                    c10::string_view, c10::List<std::optional<at::Scalar>>,
                                    std::optional<c10::string_view>);
 
-// F.linear, or cpu_matmul.linear_packed (oneDNN, weights packed once per rollout) when `onednn`.
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, bool onednn) {
-  if (!onednn) return at::linear(x, w, b);
+// How the step's linear layers run, as native.py binds them (its LINEAR_KINDS): F.linear, oneDNN
+// (cpu_matmul.linear_packed, weights packed once per rollout), or linear_panels below.
+enum LinearKind : int64_t { kAten = 0, kOneDnn = 1, kPanels = 2 };
+
+at::Tensor linear_panels(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                         int64_t isa);
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t kind) {
+  if (kind == kAten) return at::linear(x, w, b);
+  if (kind == kPanels) return linear_panels(x, w, b, 0);
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
                              .typed<LinearPointwise>();
@@ -176,6 +186,174 @@ at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, cons
   return out;
 }
 
+// ------------------------------------------------------------------ linear layers for few rows
+//
+// y = x W^T + b for float32, at a decode step's shapes (a few to a few dozen rows against weights
+// of some hundred thousand values), where oneDNN's matmul spends some 12 µs a call before it
+// computes (descriptors, its primitive cache) and MKL runs its AVX2 code on AMD's cores: a 16 x
+// 256 x 256 product took 25-40 µs through either, 13-17 µs here, and the four of a layer of the
+// step benchmark's model, at 16 rows, 183 µs through oneDNN against 133 (docs/benchmarks.md).
+//
+// The weight is packed once per rollout into panels of 16 output columns, each [K, 16] (the last
+// one [K, N mod 16] where N is not a multiple of 16), stored in a tensor of the weight's own shape
+// [N, K]: its values, in another order. A tile of R rows keeps R x 16 sums in registers while one
+// panel streams past; the panel stays in the L1 cache for the next tile of rows. Every output is
+// summed by one thread, over k in order, a product rounded and then added (no fused multiply-add:
+// built with -ffp-contract=off), so the AVX-512 and AVX2 versions and any number of threads give
+// the same bits. Only x86-64 CPUs with AVX2 get it (`panel_kernel`); elsewhere native.py keeps the
+// library's matmul.
+
+constexpr int64_t kPanel = 16;
+
+at::Tensor pack_panels(const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat, "pack_panels: a float32 [N, K] weight");
+  const int64_t n = w.size(0), k = w.size(1), full = n / kPanel, rest = n % kPanel;
+  at::Tensor packed = at::empty({n, k}, w.options());
+  at::Tensor flat = packed.view({-1});
+  const at::Tensor src = w.contiguous();
+  if (full > 0)
+    flat.slice(0, 0, full * k * kPanel)
+        .view({full, k, kPanel})
+        .copy_(src.slice(0, 0, full * kPanel).view({full, kPanel, k}).transpose(1, 2));
+  if (rest > 0) flat.slice(0, full * k * kPanel).view({k, rest}).copy_(src.slice(0, full * kPanel).t());
+  return packed;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AXIOM_PANELS 1
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef float f32x8 __attribute__((vector_size(32)));
+
+// Unaligned loads and stores (a row of y starts anywhere): memcpy, which compiles to one move.
+template <typename V>
+__attribute__((always_inline)) inline V load(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <typename V>
+__attribute__((always_inline)) inline void store(float* p, const V& v) {
+  __builtin_memcpy(p, &v, sizeof(V));
+}
+
+// R rows of y, one full panel: V is the vector type (16 or 8 lanes), H = 16 / lanes per panel.
+template <typename V, int R>
+__attribute__((always_inline)) inline void panel_tile(const float* __restrict__ x, int64_t k_len,
+                                                       const float* __restrict__ panel, float* __restrict__ y,
+                                                       int64_t ldy) {
+  constexpr int H = kPanel * sizeof(float) / sizeof(V);
+  V acc[R][H];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) acc[r][h] = V{};
+  for (int64_t k = 0; k < k_len; ++k) {
+    V w[H];
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) w[h] = load<V>(panel + k * kPanel + h * (kPanel / H));
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const float xv = x[r * k_len + k];
+#pragma GCC unroll 2
+      for (int h = 0; h < H; ++h) acc[r][h] += xv * w[h];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) store<V>(y + r * ldy + h * (kPanel / H), acc[r][h]);
+}
+
+// All m rows against one full panel: tiles of R rows, then of R / 2, ... down to one.
+template <typename V, int R>
+__attribute__((always_inline)) inline void panel_rows(const float* x, int64_t m, int64_t k_len, const float* panel,
+                                                      float* y, int64_t ldy) {
+  int64_t r = 0;
+  for (; r + R <= m; r += R) panel_tile<V, R>(x + r * k_len, k_len, panel, y + r * ldy, ldy);
+  if constexpr (R > 1) {
+    if (r < m) panel_rows<V, R / 2>(x + r * k_len, m - r, k_len, panel, y + r * ldy, ldy);
+  }
+}
+
+// The last, narrower panel ([K, cols]): one sum at a time, in the same order as the tiles.
+__attribute__((always_inline)) inline void narrow_panel(const float* x, int64_t m, int64_t k_len, const float* panel,
+                                                        int64_t cols, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < k_len; ++k) acc += x[r * k_len + k] * panel[k * cols + c];
+      y[r * ldy + c] = acc;
+    }
+}
+
+// Panels [begin, end) of y, in tiles of R rows (as many as the registers hold) and what is left.
+template <typename V, int R>
+__attribute__((always_inline)) inline void panels(const float* x, int64_t m, int64_t k_len, const float* packed,
+                                                  int64_t n, float* y, int64_t begin, int64_t end) {
+  for (int64_t p = begin; p < end; ++p) {
+    const float* panel = packed + p * k_len * kPanel;
+    if ((p + 1) * kPanel <= n)
+      panel_rows<V, R>(x, m, k_len, panel, y + p * kPanel, n);
+    else
+      narrow_panel(x, m, k_len, panel, n - p * kPanel, y + p * kPanel, n);
+  }
+}
+
+// 32 vector registers: 16 rows x one 16-lane sum each, the panel's row, and the broadcast.
+__attribute__((target("avx512f"))) void panels_avx512(const float* x, int64_t m, int64_t k_len,
+                                                      const float* packed, int64_t n, float* y, int64_t begin,
+                                                      int64_t end) {
+  panels<f32x16, 16>(x, m, k_len, packed, n, y, begin, end);
+}
+
+// 16 vector registers: 6 rows x two 8-lane sums, the panel's row (two), and the broadcast.
+__attribute__((target("avx2"))) void panels_avx2(const float* x, int64_t m, int64_t k_len, const float* packed,
+                                                 int64_t n, float* y, int64_t begin, int64_t end) {
+  panels<f32x8, 6>(x, m, k_len, packed, n, y, begin, end);
+}
+#endif
+
+using PanelsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t);
+
+// The version for this CPU (isa 0), or the one asked for (1: AVX2, 2: AVX-512; the tests compare
+// them); nullptr where there is none.
+PanelsFn panels_for(int64_t isa) {
+#ifdef AXIOM_PANELS
+  const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  if ((isa == 0 || isa == 2) && avx512) return panels_avx512;
+  if ((isa == 0 || isa == 1) && avx2) return panels_avx2;
+#endif
+  (void)isa;
+  return nullptr;
+}
+
+bool panel_kernel() { return panels_for(0) != nullptr; }
+
+// x [..., K] against a weight from pack_panels ([N, K]); returns [..., N].
+at::Tensor linear_panels(const at::Tensor& x_in, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                         int64_t isa) {
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat && packed.is_contiguous(),
+              "linear_panels: float32 only");
+  const int64_t n = packed.size(0), k_len = packed.size(1);
+  TORCH_CHECK(x_in.size(-1) == k_len, "linear_panels: x has ", x_in.size(-1), " features, the weight ", k_len);
+  const PanelsFn fn = panels_for(isa);
+  TORCH_CHECK(fn != nullptr, "linear_panels: no kernel for this CPU");
+  const at::Tensor x = x_in.contiguous();
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = n;
+  at::Tensor y = at::empty(sizes, x.options());
+  const int64_t m = x.numel() / std::max<int64_t>(1, k_len);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = packed.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  // One panel per task at least: at these sizes the other thread is spinning, ready, and a panel
+  // is some 10k multiply-adds per 16 rows.
+  at::parallel_for(0, (n + kPanel - 1) / kPanel, 1,
+                   [&](int64_t begin, int64_t end) { fn(xp, m, k_len, wp, n, yp, begin, end); });
+  if (bias.has_value()) y.add_(*bias);
+  return y;
+}
+
 at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token of each row
                        const at::Tensor& positions,  // [N, 1] its rotary position
                        const at::Tensor& cache_k,    // [L, N, kvh, T, hd], written at slot `start`
@@ -186,7 +364,7 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
                        const at::Tensor& norm, const at::Tensor& lm_head,
                        at::TensorList weights,  // per layer: ln1, wqkv, wo, ln2, wgu, wdown
                        const c10::List<std::optional<at::Tensor>>& qkv_bias,  // per layer
-                       int64_t h, int64_t kvh, int64_t hd, double eps, bool onednn,
+                       int64_t h, int64_t kvh, int64_t hd, double eps, int64_t linear_kind,
                        bool attention_kernel) {
   TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "decode_step takes one token per row");
   TORCH_CHECK(weights.size() == 6 * qkv_bias.size(), "decode_step: 6 weights per layer");
@@ -199,7 +377,7 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
   for (int64_t i = 0; i < static_cast<int64_t>(qkv_bias.size()); ++i) {
     const at::Tensor* w = &weights[6 * i];
     at::Tensor y = rms(x, w[0], eps);
-    const at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), onednn);
+    const at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind);
     const auto qk_v = qkv.split_with_sizes({(h + kvh) * hd, kvh * hd}, -1);
     // q and k rotated together: x * cos + roll(x) * sin, sin's first half negated (_rotate).
     at::Tensor qk = qk_v[0].view({n, s, h + kvh, hd}).transpose(1, 2);
@@ -217,12 +395,12 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
       const at::Tensor scores = at::matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(mask);
       att = at::matmul(scores.softmax(-1), values).view({n, h, 1, hd});
     }
-    x = at::add(x, linear(att.transpose(1, 2).reshape({n, s, h * hd}), w[2], no_bias, onednn));
+    x = at::add(x, linear(att.transpose(1, 2).reshape({n, s, h * hd}), w[2], no_bias, linear_kind));
     y = rms(x, w[3], eps);
-    const auto gate_up = linear(y, w[4], no_bias, onednn).chunk(2, -1);
-    x = at::add(x, linear(at::mul(at::silu(gate_up[0]), gate_up[1]), w[5], no_bias, onednn));
+    const auto gate_up = linear(y, w[4], no_bias, linear_kind).chunk(2, -1);
+    x = at::add(x, linear(at::mul(at::silu(gate_up[0]), gate_up[1]), w[5], no_bias, linear_kind));
   }
-  return linear(rms(x.select(1, -1), norm, eps), lm_head, no_bias, onednn);  // [N, V]
+  return linear(rms(x.select(1, -1), norm, eps), lm_head, no_bias, linear_kind);  // [N, V]
 }
 
 }  // namespace
@@ -232,8 +410,16 @@ TORCH_LIBRARY(axiom_rl, m) {
   m.def(
       "decode_step(Tensor ids, Tensor positions, Tensor(a!) cache_k, Tensor(b!) cache_v, int start, "
       "Tensor mask, Tensor cos, Tensor sin, Tensor embed, Tensor norm, Tensor lm_head, Tensor[] weights, "
-      "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, bool onednn, bool attention_kernel) -> Tensor");
+      "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool attention_kernel) -> Tensor");
+  m.def("pack_panels(Tensor w) -> Tensor");
+  m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");
+  m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all
 }
 
 // For every backend: oneDNN's packed weights are tensors of their own kind (MkldnnCPU).
-TORCH_LIBRARY_IMPL(axiom_rl, CompositeExplicitAutograd, m) { m.impl("decode_step", decode_step); m.impl("attend_one_token", attend_one_token); }
+TORCH_LIBRARY_IMPL(axiom_rl, CompositeExplicitAutograd, m) {
+  m.impl("decode_step", decode_step);
+  m.impl("attend_one_token", attend_one_token);
+  m.impl("pack_panels", pack_panels);
+  m.impl("linear_panels", linear_panels);
+}

@@ -14,7 +14,8 @@ CPU. This loop runs the same arithmetic with nothing else:
 - LoRA adapters are folded into temporary effective weights for the rollout (W + scale * B A),
   so an adapted model decodes as fast as a plain one;
 - in float32 on CPUs where oneDNN's matmuls beat MKL's (models/cpu_matmul.py), the weights are
-  packed for oneDNN once per rollout;
+  packed once per rollout: for the C++ step's own linear kernel, which both steps and the prefill
+  call (native.py), or where it does not run, for oneDNN;
 - in float32 on a CPU the decode step runs as one C++ call (decode_step.cpp, built once by
   native.py): the same ATen calls as the Python step without the interpreter's cost around each
   of them, and attention in a kernel of its own, so the logits agree with the Python step's to
@@ -109,7 +110,9 @@ class _Layer:
 class _Weights:
     """The policy's current weights, in the layout the loop uses (built once per rollout)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, packing: native.PackedLinear | None = None) -> None:
+        """`packing`: (linear, pack) for float32 linear layers on a CPU where oneDNN runs them;
+        by default native.rollout_linear()'s choice."""
         base = _base_model(model)
         cfg = base.config
         self.heads = cfg.num_attention_heads
@@ -146,15 +149,15 @@ class _Weights:
                     att.k_norm.weight if hasattr(att, "k_norm") else None,
                 )
             )
-        # Where float32 matmuls go through oneDNN on this CPU, their weights are laid out for it
-        # once per rollout, not on every call.
+        # Where float32 matmuls go through oneDNN on this CPU, their weights are laid out once per
+        # rollout, not on every call: for the C++ step's own kernel where it runs, else for oneDNN.
         self.linear: Callable[..., torch.Tensor] = F.linear
         if cpu_matmul.applies(self.embed):
-            self.linear = cpu_matmul.linear_packed
-            self.lm_head = cpu_matmul.pack(self.lm_head)
+            self.linear, pack = packing or native.rollout_linear()
+            self.lm_head = pack(self.lm_head)
             for layer in self.layers:
                 for name in ("wqkv", "wo", "wgu", "wdown"):
-                    setattr(layer, name, cpu_matmul.pack(getattr(layer, name)))
+                    setattr(layer, name, pack(getattr(layer, name)))
 
     def rope(
         self, length: int, device: torch.device, dtype: torch.dtype

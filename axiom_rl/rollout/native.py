@@ -10,6 +10,14 @@ another order. So the logits agree with the Python step's to float32 rounding (a
 relative), and a sampled token differs only where a uniform draw falls that close to the edge
 between two tokens; with the kernel off they are the same bits.
 
+The same library holds the rollout's float32 linear layers where oneDNN would run them (x86 CPUs
+not Intel's, models/cpu_matmul.py) and the CPU has AVX2 (`MATMUL_KERNEL`): `linear_panels`, for
+the few rows of a decode step, where oneDNN's fixed cost per call is most of the time. Its weights
+are packed once per rollout (`pack_panels`, in place of oneDNN's packing), and the Python step
+and the prefill call it too, so both steps still compute the same bits. Its sums round like any
+float32 matmul's, in another order than oneDNN's: a seeded rollout samples other tokens than
+with oneDNN, and the same ones run after run, with any number of threads, on AVX2 and AVX-512.
+
 It is built once per machine, Python and PyTorch version with torch.utils.cpp_extension (a C++
 compiler and ninja; 15-40 s on 2 cores), into TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions,
 and checked against the Python step on a small random model before the first use. Where it cannot
@@ -49,6 +57,11 @@ CFLAGS = ("-O3", "-ffp-contract=off", *OPENMP)
 # The step's attention in decode_step.cpp's kernel (False: ATen's matmuls, so the Python step's
 # bits exactly; the tests compare both ways, and the step benchmark's aten-attention ablation).
 ATTENTION_KERNEL = True
+# The rollout's float32 linear layers in decode_step.cpp's own kernel where it applies (False:
+# oneDNN's, as in training; the tests compare both, and the step benchmark's onednn-linear ablation).
+MATMUL_KERNEL = True
+# decode_step.cpp's LinearKind: how the C++ step runs the linear layers it was given.
+LINEAR_KINDS = {"aten": 0, "onednn": 1, "panels": 2}
 _lock = threading.Lock()
 
 
@@ -173,6 +186,34 @@ def _warn_once(why: str) -> None:
     warnings.warn(f"the C++ decode step {why}; decoding with the Python step", stacklevel=4)
 
 
+def linear_panels(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear for a weight from `pack_panels` (float32, CPU, no autograd)."""
+    return torch.ops.axiom_rl.linear_panels(x, packed, bias)
+
+
+def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [N, K] laid out for `linear_panels`: a tensor of the same shape whose values are
+    in panel order, so it must never reach any other matmul."""
+    return torch.ops.axiom_rl.pack_panels(weight.detach())
+
+
+PackedLinear = tuple[Callable[..., torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]
+
+
+def _packed_linear(panels: bool) -> PackedLinear:
+    from ..models import cpu_matmul
+
+    return (linear_panels, pack_panels) if panels else (cpu_matmul.linear_packed, cpu_matmul.pack)
+
+
+def rollout_linear() -> PackedLinear:
+    """(linear, pack) for a rollout's float32 linear layers on a CPU where oneDNN runs them
+    (cpu_matmul.applies): this library's kernel where it is built and the CPU has one for it
+    (`MATMUL_KERNEL`), else oneDNN's packed matmul."""
+    panels = MATMUL_KERNEL and choice() != "python" and op() is not None and torch.ops.axiom_rl.panel_kernel()
+    return _packed_linear(panels)
+
+
 def applies(w: Any) -> bool:
     """Whether `w` (fast._Weights) is a model the C++ step computes: float32 on a CPU, and no
     per-head query/key norm (Qwen3's, which the C++ step leaves out)."""
@@ -202,18 +243,19 @@ def _bind(
         t for layer in w.layers for t in (layer.ln1, layer.wqkv, layer.wo, layer.ln2, layer.wgu, layer.wdown)
     ]
     biases = [layer.bqkv for layer in w.layers]
-    onednn = w.linear is cpu_matmul.linear_packed
+    kind = {linear_panels: "panels", cpu_matmul.linear_packed: "onednn"}.get(w.linear, "aten")
     kernel = ATTENTION_KERNEL if attention_kernel is None else attention_kernel
     shape = (w.heads, w.kv_heads, w.head_dim, w.eps)
-    fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, onednn, kernel)
+    fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, LINEAR_KINDS[kind], kernel)
     return lambda *args: built(*args, *fixed)
 
 
 def _self_check(built: Callable[..., torch.Tensor]) -> str:
     """Run the C++ step and the Python one on a small random Qwen2 (head size 16, which the
-    attention kernel covers) with the linear layers this machine uses; returns what differs:
-    "" when, without the attention kernel, the logits and caches are the same bits, and with it
-    they agree to float32 rounding."""
+    attention kernel covers) with each way this machine may run the linear layers, after checking
+    `linear_panels` against F.linear where the CPU has it; returns what differs: "" when the
+    panels agree with F.linear to float32 rounding and, without the attention kernel, the steps'
+    logits and caches are the same bits, and with it agree to float32 rounding."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from . import fast
@@ -228,26 +270,52 @@ def _self_check(built: Callable[..., torch.Tensor]) -> str:
         model = Qwen2ForCausalLM(config)
     finally:
         torch.random.set_rng_state(generator_state)
+    panels = bool(torch.ops.axiom_rl.panel_kernel())
     with torch.inference_mode():
-        w = fast._Weights(model)
-        n, prompt, hd = 3, 5, w.head_dim
-        ids = torch.arange(n).view(n, 1) + 7
-        positions = torch.full((n, 1), prompt)
-        cos, sin = w.rope(prompt + 1, ids.device, torch.float32)
-        mask = torch.zeros((n, 1, 1, prompt + 1))
-        mask[0, ..., :2] = float("-inf")  # a left-padded row
-        cache = torch.randn(
-            (2, len(w.layers), n, w.kv_heads, prompt + 1, hd), generator=torch.Generator().manual_seed(1)
-        )
-        python_k, python_v = cache[0].clone(), cache[1].clone()
-        expected = fast._forward(w, ids, positions, python_k, python_v, prompt, mask, cos, sin)
-        for kernel in (False, True):
-            native_k, native_v = cache[0].clone(), cache[1].clone()
-            got = _bind(built, w, kernel)(ids, positions, native_k, native_v, prompt, mask, cos, sin)
-            same = torch.equal if not kernel else functools.partial(torch.allclose, rtol=1e-4, atol=1e-5)
-            what = "with the attention kernel" if kernel else "without the attention kernel"
-            if not same(got, expected):
-                return f"logits {what} differ by up to {(got - expected).abs().max().item():.3g}"
-            if not (same(native_k, python_k) and same(native_v, python_v)):
-                return f"the caches differ {what}"
+        if panels and (mismatch := _check_panels()):
+            return mismatch
+        for packing in {_packed_linear(False), _packed_linear(panels)}:
+            if mismatch := _check_steps(built, fast._Weights(model, packing)):
+                return mismatch
+    return ""
+
+
+def _check_panels() -> str:
+    """linear_panels against F.linear, at shapes with every kind of edge: rows fewer than a tile
+    and between tiles, and a last panel narrower than 16 columns."""
+    gen = torch.Generator().manual_seed(3)
+    for rows, inputs, outputs in ((5, 33, 37), (17, 64, 48), (1, 16, 3)):
+        x = torch.randn((rows, inputs), generator=gen)
+        weight, bias = torch.randn((outputs, inputs), generator=gen), torch.randn(outputs, generator=gen)
+        got = linear_panels(x, pack_panels(weight), bias)
+        error = (got - torch.nn.functional.linear(x, weight, bias)).abs().max().item()
+        if error > 1e-5 + 1e-4 * got.abs().max().item():
+            return f"the linear kernel differs from F.linear by up to {error:.3g}"
+    return ""
+
+
+def _check_steps(built: Callable[..., torch.Tensor], w: Any) -> str:
+    """The C++ step against the Python one on the weights `w` (fast._Weights)."""
+    from . import fast
+
+    n, prompt, hd = 3, 5, w.head_dim
+    ids = torch.arange(n).view(n, 1) + 7
+    positions = torch.full((n, 1), prompt)
+    cos, sin = w.rope(prompt + 1, ids.device, torch.float32)
+    mask = torch.zeros((n, 1, 1, prompt + 1))
+    mask[0, ..., :2] = float("-inf")  # a left-padded row
+    cache = torch.randn(
+        (2, len(w.layers), n, w.kv_heads, prompt + 1, hd), generator=torch.Generator().manual_seed(1)
+    )
+    python_k, python_v = cache[0].clone(), cache[1].clone()
+    expected = fast._forward(w, ids, positions, python_k, python_v, prompt, mask, cos, sin)
+    for kernel in (False, True):
+        native_k, native_v = cache[0].clone(), cache[1].clone()
+        got = _bind(built, w, kernel)(ids, positions, native_k, native_v, prompt, mask, cos, sin)
+        same = torch.equal if not kernel else functools.partial(torch.allclose, rtol=1e-4, atol=1e-5)
+        what = "with the attention kernel" if kernel else "without the attention kernel"
+        if not same(got, expected):
+            return f"logits {what} differ by up to {(got - expected).abs().max().item():.3g}"
+        if not (same(native_k, python_k) and same(native_v, python_v)):
+            return f"the caches differ {what}"
     return ""
