@@ -8,7 +8,6 @@ process (the usual case) nothing is wrapped and nothing is communicated.
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -84,6 +83,7 @@ class Parallel:
         Python, which releases the GIL for it."""
         if self.accelerator is not None and torch.distributed.is_initialized():
             torch.distributed.barrier()
-            self.accelerator.free_memory()  # accelerate's own references to the wrapped model
-            gc.collect()  # a module and its hooks form cycles: free the wrapper and its reducer now
+            # accelerate's own references to the wrapped model; it then runs the collector, which
+            # frees the wrapper and its reducer now (a module and its hooks form cycles).
+            self.accelerator.free_memory()
             torch.distributed.destroy_process_group()
