@@ -60,8 +60,6 @@ ATTENTION_KERNEL = True
 # The rollout's float32 linear layers in decode_step.cpp's own kernel where it applies (False:
 # oneDNN's, as in training; the tests compare both, and the step benchmark's onednn-linear ablation).
 MATMUL_KERNEL = True
-# decode_step.cpp's LinearKind: how the C++ step runs the linear layers it was given.
-LINEAR_KINDS = {"aten": 0, "onednn": 1, "panels": 2}
 _lock = threading.Lock()
 
 
@@ -243,10 +241,11 @@ def _bind(
         t for layer in w.layers for t in (layer.ln1, layer.wqkv, layer.wo, layer.ln2, layer.wgu, layer.wdown)
     ]
     biases = [layer.bqkv for layer in w.layers]
-    kind = {linear_panels: "panels", cpu_matmul.linear_packed: "onednn"}.get(w.linear, "aten")
+    # decode_step.cpp's LinearKind: 0 F.linear, 1 oneDNN, 2 its own kernel.
+    kind = {cpu_matmul.linear_packed: 1, linear_panels: 2}.get(w.linear, 0)
     kernel = ATTENTION_KERNEL if attention_kernel is None else attention_kernel
     shape = (w.heads, w.kv_heads, w.head_dim, w.eps)
-    fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, LINEAR_KINDS[kind], kernel)
+    fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, kind, kernel)
     return lambda *args: built(*args, *fixed)
 
 
