@@ -198,6 +198,8 @@ def test_the_linear_kernel_refuses_what_it_does_not_cover():
         native.linear_panels(torch.randn(2, 6), packed)
     with pytest.raises(RuntimeError, match="float32 only"):
         native.linear_panels(torch.randn(2, 8, dtype=torch.float64), packed)
+    with pytest.raises(RuntimeError, match="the weight must come from pack_panels"):
+        native.linear_panels(torch.randn(2, 4), packed.t())
     with pytest.raises(RuntimeError, match="a float32 \\[N, K\\] weight"):
         native.pack_panels(torch.randn(4, 8, 2))
 

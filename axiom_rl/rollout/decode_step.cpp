@@ -32,7 +32,7 @@ using LinearPointwise = at::Tensor(const at::Tensor&, const at::Tensor&, const s
                                    c10::string_view, c10::List<std::optional<at::Scalar>>,
                                    std::optional<c10::string_view>);
 
-// How the step's linear layers run, as native.py binds them (its LINEAR_KINDS): F.linear, oneDNN
+// How the step's linear layers run, as native.py's _bind passes them: F.linear, oneDNN
 // (cpu_matmul.linear_packed, weights packed once per rollout), or linear_panels below.
 enum LinearKind : int64_t { kAten = 0, kOneDnn = 1, kPanels = 2 };
 
@@ -332,8 +332,8 @@ bool panel_kernel() { return panels_for(0) != nullptr; }
 // x [..., K] against a weight from pack_panels ([N, K]); returns [..., N].
 at::Tensor linear_panels(const at::Tensor& x_in, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
                          int64_t isa) {
-  TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat && packed.is_contiguous(),
-              "linear_panels: float32 only");
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat, "linear_panels: float32 only");
+  TORCH_CHECK(packed.dim() == 2 && packed.is_contiguous(), "linear_panels: the weight must come from pack_panels");
   const int64_t n = packed.size(0), k_len = packed.size(1);
   TORCH_CHECK(x_in.size(-1) == k_len, "linear_panels: x has ", x_in.size(-1), " features, the weight ", k_len);
   const PanelsFn fn = panels_for(isa);
