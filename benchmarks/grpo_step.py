@@ -103,7 +103,10 @@ ABLATIONS = {
     "shared-prompts": ("each group's prompt run once in the training passes, as on a CPU (GPU only)", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
     "python-decode": ("the decode step's calls made from Python, not from the C++ step (CPU only)", {}),
-    "aten-attention": ("the C++ step's attention as ATen's matmuls, not its own kernel (CPU only)", {}),
+    "aten-ops": (
+        "the C++ step's attention and element-wise work in ATen's calls, not its own loops (CPU only)",
+        {},
+    ),
     "onednn-linear": ("the rollout's linear layers in oneDNN, not the C++ step's kernel (CPU only)", {}),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
@@ -115,7 +118,7 @@ ABLATION_DEVICE = {
     "shared-prompts": "cuda",
     "eager-decode": "cuda",
     "python-decode": "cpu",
-    "aten-attention": "cpu",
+    "aten-ops": "cpu",
     "onednn-linear": "cpu",
 }
 
@@ -148,10 +151,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.rollout.fast import FastBackend
 
         FastBackend.decode = "python"
-    elif ablation == "aten-attention":
+    elif ablation == "aten-ops":
         from axiom_rl.rollout import native
 
-        native.ATTENTION_KERNEL = False
+        native.OWN_KERNELS = False
     elif ablation == "onednn-linear":
         from axiom_rl.rollout import native
 

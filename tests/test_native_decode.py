@@ -1,5 +1,5 @@
 """The C++ decode step (rollout/native.py, decode_step.cpp) computes the Python step's logits:
-bit for bit with ATen's attention, to float32 rounding with its own attention kernel, with each
+bit for bit with ATen's calls, to float32 rounding with its own kernels, with each
 library for the linear layers (its own kernel, oneDNN, PyTorch's); a rollout samples the same
 tokens with either step; its linear kernel agrees with F.linear, with the same bits on AVX2 and
 AVX-512 and with any number of threads; a machine that cannot build it decodes in Python and
@@ -61,16 +61,17 @@ def float32_model(arch: str, seed: int):
     return model.float(), tok
 
 
-@pytest.fixture(params=[False, True], ids=["aten-attention", "attention-kernel"])
-def attention_kernel(request, monkeypatch):
-    monkeypatch.setattr(native, "ATTENTION_KERNEL", request.param)
+@pytest.fixture(params=[False, True], ids=["aten-ops", "own-kernels"])
+def own_kernels(request, monkeypatch):
+    """The C++ step with its own attention and element-wise loops, or with ATen's calls."""
+    monkeypatch.setattr(native, "OWN_KERNELS", request.param)
     return request.param
 
 
 @needs_compiler
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])  # q/k/v biases, and none
-def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, attention_kernel):
-    """Without the attention kernel, the same bits; with it, the same to float32 rounding."""
+def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, own_kernels):
+    """With ATen's calls, the same bits; with the step's own kernels, the same to float32 rounding."""
     model, _ = float32_model(arch, seed=1)
     with torch.inference_mode():
         w = fast._Weights(model)
@@ -89,9 +90,7 @@ def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, at
         cos, sin = w.rope(total, torch.device("cpu"), torch.float32)
         positions = torch.tensor([[7], [4], [7], [7], [1]])
         tokens = torch.randint(0, w.embed.shape[0], (n, 1), generator=gen)
-        same = (
-            torch.equal if not attention_kernel else lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6)
-        )
+        same = torch.equal if not own_kernels else lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6)
         for slot in range(prompt, total):
             mask = allowed[:, : slot + 1].view(n, 1, 1, slot + 1)
             expected = fast._forward(w, tokens, positions, python_k, python_v, slot, mask, cos, sin)
@@ -102,6 +101,46 @@ def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, at
             tokens, positions = expected.argmax(-1, keepdim=True), positions + 1
             python_k.copy_(native_k)  # each slot from the same caches, so that differences do not add up
             python_v.copy_(native_v)
+
+
+def one_step_inputs(w, n=3, slot=5):
+    """Arguments of a decode step at `slot` for weights `w`: ids, positions, caches, mask, tables."""
+    gen = torch.Generator().manual_seed(4)
+    cache_k, cache_v = torch.randn((2, len(w.layers), n, w.kv_heads, slot + 1, w.head_dim), generator=gen)
+    cos, sin = w.rope(slot + 1, torch.device("cpu"), torch.float32)
+    ids = torch.randint(0, w.embed.shape[0], (n, 1), generator=gen)
+    return ids, torch.full((n, 1), slot), cache_k, cache_v, slot, torch.zeros((n, 1, 1, slot + 1)), cos, sin
+
+
+@needs_compiler
+def test_the_step_s_own_kernels_refuse_a_token_or_position_out_of_range():
+    """They index the embedding and the rotary tables themselves (no ATen call checks it for them)."""
+    model, _ = float32_model("qwen2", seed=1)
+    with torch.inference_mode():
+        w = fast._Weights(model)
+        step = native._bind(native.op(), w, own_kernels=True)
+        ids, positions, *rest = one_step_inputs(w)
+        with pytest.raises(RuntimeError, match=f"token id {w.embed.shape[0]} out of range"):
+            step(torch.full_like(ids, w.embed.shape[0]), positions, *rest)
+        with pytest.raises(RuntimeError, match="position 6 beyond the rotary tables"):
+            step(ids, positions + 1, *rest)
+
+
+@needs_compiler
+def test_a_head_size_without_kernels_decodes_with_aten_s_calls_bit_for_bit():
+    """Head size 24: the step falls back to the Python step's ATen calls, own kernels or not."""
+    model, _ = other_architecture("llama", seed=2, hidden_size=96)
+    with torch.inference_mode():
+        w = fast._Weights(model.float())
+        assert w.head_dim == 24
+        ids, positions, cache_k, cache_v, slot, mask, cos, sin = one_step_inputs(w)
+        python_k, python_v = cache_k.clone(), cache_v.clone()
+        expected = fast._forward(w, ids, positions, python_k, python_v, slot, mask, cos, sin)
+        got = native._bind(native.op(), w, own_kernels=True)(
+            ids, positions, cache_k, cache_v, slot, mask, cos, sin
+        )
+        assert torch.equal(got, expected)
+        assert torch.equal(cache_k, python_k) and torch.equal(cache_v, python_v)
 
 
 def matmul_attention(q, keys, values, mask, scale):
@@ -213,8 +252,8 @@ def rollout(model, tok, decode: str, seed: int = 11):
 
 
 @needs_compiler
-def test_a_rollout_samples_the_same_tokens_with_the_cpp_and_the_python_step(linear_library, attention_kernel):
-    """Without the attention kernel this holds for every seed (the same bits); with it, a token
+def test_a_rollout_samples_the_same_tokens_with_the_cpp_and_the_python_step(linear_library, own_kernels):
+    """With ATen's calls this holds for every seed (the same bits); with its own kernels, a token
     could differ only where a uniform draw falls within float32 rounding of the edge between two
     tokens, which no draw of this seed does."""
     model, tok = float32_model("qwen2", seed=6)

@@ -1,20 +1,24 @@
-// axiom-rl's decode step for a CPU: one new token per row through every layer, written with the
-// same ATen calls as `_forward` in fast.py (float32, one query token, the additive-mask branch of
-// `_attend`), in the same order and with the same arguments, so the same kernels run on the same
-// data. What this file saves is Python's own cost around each of the some 800 calls a step makes,
-// views included (parsing arguments, wrapping results), which at these sizes is a large part of a
-// token step. native.py builds it and checks it against the Python step.
+// axiom-rl's decode step for a CPU: one new token per row through every layer, for float32, in
+// one call from Python (native.py builds it and checks it against the Python step, fast._forward).
+// At these sizes a token step's some 800 calls (views included) on a few thousand values each cost
+// more around them than in them: Python's parsing and wrapping, then ATen's dispatch, allocation
+// and iterator set-up.
 //
-// Two parts are not ATen's. With `attention_kernel`, a query token's attention over the cache runs
-// in `attend_one_token` below, which reads the cache at up to three times the speed of ATen's
-// batched matmul at these shapes. It computes the same products, summed in another order, so the
-// logits agree with the Python step's to float32 rounding (about 1e-7 relative), not bit for bit;
-// without it, they are the same bits. And `linear_panels`, a linear layer for the few rows of a
-// decode step, which the Python step calls too where native.py packs the weights for it (so the
-// two steps still agree bit for bit there).
+// With `own_kernels` (the default), the step runs in this file's own loops, except for the linear
+// layers, the softmax and SiLU: attention over the cache in `attend_pairs`, which reads it at up to
+// three times the speed of ATen's batched matmul at these shapes, and the element-wise work (RMSNorm,
+// RoPE, the cache writes, the residual adds) in `fused_step`. They compute the same products, some
+// summed in another order, so the logits agree with the Python step's to float32 rounding (about
+// 1e-7 relative), not bit for bit. Without it, the step makes the same ATen calls as `_forward`
+// (one query token, the additive-mask branch of `_attend`), in the same order and with the same
+// arguments, so the same kernels run on the same data and the bits are the same.
+//
+// The linear layers: F.linear, oneDNN or `linear_panels`, a kernel for the few rows of a decode
+// step, which the Python step calls too where native.py packs the weights for it (so the two steps
+// still agree bit for bit there).
 //
 // Keep it in step with `_forward`, `_rms`, `_rotate`, `_store` and `_attend`: the tests compare
-// the two bit for bit (attention kernel off) and to rounding (on).
+// the two bit for bit (own kernels off) and to rounding (on).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -121,38 +125,69 @@ AXIOM_TARGETS void values_one_pair(const float* __restrict__ probs, const float*
   }
 }
 
+// Where attend_pairs reads and writes: q [N, kvh, G, hd] rows `q_row` apart (the G query heads of
+// a K/V head side by side), the caches [N, kvh, T, hd] with their strides, the additive mask [N, T]
+// rows `mask_row` apart, scores [N * kvh, G, T] contiguous, out [N, kvh, G, hd] rows `out_row` apart.
+struct AttendArgs {
+  const float* q;
+  int64_t q_row;
+  const float* keys;
+  int64_t key_row, key_head, key_slot;  // strides
+  const float* values;
+  int64_t value_row, value_head, value_slot;
+  const float* mask;
+  int64_t mask_row;
+  float* out;
+  int64_t out_row;
+  int64_t n, kvh, groups, t_len;
+  float scale;
+};
+
 template <int HD>
-void attend_pairs(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
-                  at::Tensor& scores, at::Tensor& out, float scale) {
-  const int64_t n = q.size(0), kvh = q.size(1), groups = q.size(2), t_len = keys.size(2);
-  const float* qp = q.data_ptr<float>();
-  const float* kp = keys.data_ptr<float>();
-  const float* vp = values.data_ptr<float>();
-  const float* mp = mask.data_ptr<float>();
+void attend_pairs(const AttendArgs& a, at::Tensor& scores) {
   float* sp = scores.data_ptr<float>();
-  float* op = out.data_ptr<float>();
+  const int64_t groups = a.groups, t_len = a.t_len, kvh = a.kvh;
   // Enough products per task that waking the other thread pays (a wake-up costs tens of µs here).
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, groups * t_len * HD));
-  at::parallel_for(0, n * kvh, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, a.n * kvh, grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t row = p / kvh, head = p % kvh;
-      scores_one_pair<HD>(qp + p * groups * HD, kp + row * keys.stride(0) + head * keys.stride(1),
-                          mp + row * mask.stride(0), sp + p * groups * t_len, groups, t_len, keys.stride(2), scale);
+      scores_one_pair<HD>(a.q + row * a.q_row + head * groups * HD, a.keys + row * a.key_row + head * a.key_head,
+                          a.mask + row * a.mask_row, sp + p * groups * t_len, groups, t_len, a.key_slot, a.scale);
     }
   });
   const at::Tensor probs = scores.softmax(-1);
   const float* pp = probs.data_ptr<float>();
-  at::parallel_for(0, n * kvh, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, a.n * kvh, grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t row = p / kvh, head = p % kvh;
-      values_one_pair<HD>(pp + p * groups * t_len, vp + row * values.stride(0) + head * values.stride(1),
-                          op + p * groups * HD, groups, t_len, values.stride(2));
+      values_one_pair<HD>(pp + p * groups * t_len, a.values + row * a.value_row + head * a.value_head,
+                          a.out + row * a.out_row + head * groups * HD, groups, t_len, a.value_slot);
     }
   });
 }
 
-using AttendPairs = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            at::Tensor&, at::Tensor&, float);
+using AttendPairs = void (*)(const AttendArgs&, at::Tensor&);
+
+// AttendArgs for caches and a mask held in tensors (keys, values [N, kvh, T, hd]; mask [N, 1, 1, T]).
+AttendArgs attend_args(const float* q, int64_t q_row, const at::Tensor& keys, const at::Tensor& values,
+                       const at::Tensor& mask, float* out, int64_t out_row, int64_t n, int64_t kvh, int64_t groups,
+                       double scale) {
+  AttendArgs a;
+  a.q = q;
+  a.q_row = q_row;
+  a.keys = keys.data_ptr<float>();
+  a.key_row = keys.stride(0), a.key_head = keys.stride(1), a.key_slot = keys.stride(2);
+  a.values = values.data_ptr<float>();
+  a.value_row = values.stride(0), a.value_head = values.stride(1), a.value_slot = values.stride(2);
+  a.mask = mask.data_ptr<float>();
+  a.mask_row = mask.stride(0);
+  a.out = out;
+  a.out_row = out_row;
+  a.n = n, a.kvh = kvh, a.groups = groups, a.t_len = keys.size(2);
+  a.scale = static_cast<float>(scale);
+  return a;
+}
 
 // The kernel built for head size `hd`, or nullptr: the one list of the sizes covered.
 AttendPairs kernel_for(int64_t hd) {
@@ -182,7 +217,9 @@ at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, cons
   TORCH_CHECK(kernel != nullptr, "attend_one_token: no kernel for head size ", hd);
   at::Tensor scores = at::empty({n, kvh, groups, t_len}, q.options());
   at::Tensor out = at::empty({n, kvh, groups, hd}, q.options());
-  kernel(q, keys, values, mask, scores, out, static_cast<float>(scale));
+  kernel(attend_args(q.data_ptr<float>(), kvh * groups * hd, keys, values, mask, out.data_ptr<float>(),
+                     kvh * groups * hd, n, kvh, groups, scale),
+         scores);
   return out;
 }
 
@@ -354,6 +391,131 @@ at::Tensor linear_panels(const at::Tensor& x_in, const at::Tensor& packed, const
   return y;
 }
 
+// ------------------------------------------------------------------ the step's element-wise work
+//
+// With the step's own kernels on, the element-wise work between the linear layers runs in the
+// loops below, not in ATen calls: some 30 calls a layer (RMSNorm alone is eight), each a few
+// microseconds of dispatch and allocation on a few thousand values, took more of a token step than
+// its matmuls did. RoPE, the cache writes and the residual adds compute the Python step's bits
+// (each product and sum rounded as ATen's are); RMSNorm sums its squares in another order, so the
+// logits agree with the Python step's to float32 rounding, as with the attention kernel.
+
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for n rows of d values (F.rms_norm in float32).
+AXIOM_TARGETS void rms_rows(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, int64_t n,
+                            int64_t d, float eps) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* __restrict__ xr = x + r * d;
+    float acc[kLanes] = {};
+    int64_t j = 0;
+    for (; j + kLanes <= d; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) acc[l] += xr[j + l] * xr[j + l];
+    float sum = 0.0f;
+    for (int l = 0; l < kLanes; ++l) sum += acc[l];
+    for (; j < d; ++j) sum += xr[j] * xr[j];
+    const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(d) + eps);
+    float* __restrict__ yr = y + r * d;
+    for (j = 0; j < d; ++j) yr[j] = xr[j] * inverse * w[j];
+  }
+}
+
+// q and k rotated in place, `heads` vectors of hd values per row (rows `row` apart), at each row's
+// position: v * cos + roll(v, hd / 2) * sin with sin's first half negated (fast._rotate).
+AXIOM_TARGETS void rotate_rows(float* __restrict__ v, int64_t n, int64_t row, int64_t heads, int64_t hd,
+                               const int64_t* __restrict__ positions, const float* __restrict__ cos,
+                               const float* __restrict__ sin, int64_t table_row) {
+  const int64_t half = hd / 2;
+  float low[128], high[128];  // hd <= 256 (kernel_for)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* __restrict__ c = cos + positions[r] * table_row;
+    const float* __restrict__ s = sin + positions[r] * table_row;
+    for (int64_t head = 0; head < heads; ++head) {
+      float* __restrict__ x = v + r * row + head * hd;
+      for (int64_t j = 0; j < half; ++j) {
+        low[j] = x[j] * c[j] + x[j + half] * s[j];
+        high[j] = x[j + half] * c[j + half] + x[j] * s[j + half];
+      }
+      for (int64_t j = 0; j < half; ++j) {
+        x[j] = low[j];
+        x[j + half] = high[j];
+      }
+    }
+  }
+}
+
+// x += y, n rows of d values (rows of y `y_row` apart).
+AXIOM_TARGETS void add_rows(float* __restrict__ x, const float* __restrict__ y, int64_t n, int64_t d, int64_t y_row) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < d; ++j) x[r * d + j] += y[r * y_row + j];
+}
+
+// The decode step with its own kernels (`own_kernels`, for the head sizes kernel_for covers): the
+// computation of decode_step below, each layer's element-wise work in the loops above, its
+// attention in attend_pairs, and every intermediate a [rows, features] buffer of its own.
+at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, const at::Tensor& cache_k,
+                      const at::Tensor& cache_v, int64_t start, const at::Tensor& mask_in, const at::Tensor& cos_in,
+                      const at::Tensor& sin_in, const at::Tensor& embed, const at::Tensor& norm,
+                      const at::Tensor& lm_head, at::TensorList weights,
+                      const c10::List<std::optional<at::Tensor>>& qkv_bias, int64_t h, int64_t kvh, int64_t hd,
+                      double eps, int64_t linear_kind) {
+  const int64_t n = ids.size(0), d = embed.size(1), end = start + 1, groups = h / kvh;
+  const int64_t q_width = h * hd, kv_width = kvh * hd, qkv_width = q_width + 2 * kv_width;
+  TORCH_CHECK(embed.is_contiguous() && embed.scalar_type() == at::kFloat, "decode_step: a float32 embedding");
+  TORCH_CHECK(cache_k.strides() == cache_v.strides() && cache_k.stride(-1) == 1, "decode_step: caches alike");
+  const at::Tensor ids64 = ids.to(at::kLong).contiguous(), positions = positions_in.to(at::kLong).contiguous();
+  const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  const at::Tensor mask = mask_in.stride(-1) == 1 ? mask_in : mask_in.contiguous();
+  const float feps = static_cast<float>(eps);
+  const auto options = embed.options();
+  at::Tensor x = at::empty({n, d}, options), y = at::empty({n, d}, options);
+  at::Tensor att = at::empty({n, q_width}, options), scores = at::empty({n * kvh, groups, end}, options);
+  float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const float* table = embed.data_ptr<float>();
+  const int64_t* id = ids64.data_ptr<int64_t>();
+  const int64_t* position = positions.data_ptr<int64_t>();
+  for (int64_t r = 0; r < n; ++r) {  // what at::embedding and at::index check in the ATen step
+    TORCH_CHECK(id[r] >= 0 && id[r] < embed.size(0), "decode_step: token id ", id[r], " out of range");
+    TORCH_CHECK(position[r] >= 0 && position[r] < cos.size(0), "decode_step: position ", position[r],
+                " beyond the rotary tables");
+    std::copy_n(table + id[r] * d, d, xp + r * d);
+  }
+  const AttendPairs attend = kernel_for(hd);
+  const std::optional<at::Tensor> no_bias;
+  const double scale = std::pow(static_cast<double>(hd), -0.5);
+  const int64_t slot_k = cache_k.stride(3), row_k = cache_k.stride(1), head_k = cache_k.stride(2);
+  for (int64_t i = 0; i < static_cast<int64_t>(qkv_bias.size()); ++i) {
+    const at::Tensor* w = &weights[6 * i];
+    rms_rows(xp, w[0].contiguous().data_ptr<float>(), yp, n, d, feps);
+    at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind).contiguous();  // [N, qkv_width]
+    float* qkvp = qkv.data_ptr<float>();
+    rotate_rows(qkvp, n, qkv_width, h + kvh, hd, position, cos.data_ptr<float>(),
+                sin.data_ptr<float>(), cos.stride(0));
+    const at::Tensor layer_k = cache_k.select(0, i), layer_v = cache_v.select(0, i);
+    float* kp = layer_k.data_ptr<float>();
+    float* vp = layer_v.data_ptr<float>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < kvh; ++j) {
+        const int64_t at_slot = r * row_k + j * head_k + start * slot_k;
+        std::copy_n(qkvp + r * qkv_width + q_width + j * hd, hd, kp + at_slot);
+        std::copy_n(qkvp + r * qkv_width + q_width + kv_width + j * hd, hd, vp + at_slot);
+      }
+    const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
+    attend(attend_args(qkvp, qkv_width, keys, values, mask, att.data_ptr<float>(), q_width, n, kvh, groups, scale),
+           scores);
+    const at::Tensor o = linear(att, w[2], no_bias, linear_kind).contiguous();
+    add_rows(xp, o.data_ptr<float>(), n, d, d);
+    rms_rows(xp, w[3].contiguous().data_ptr<float>(), yp, n, d, feps);
+    const at::Tensor gate_up = linear(y, w[4], no_bias, linear_kind).contiguous();  // [N, 2 I]
+    const int64_t inner = gate_up.size(1) / 2;
+    at::Tensor act = at::silu(gate_up.slice(1, 0, inner));
+    act.mul_(gate_up.slice(1, inner));
+    const at::Tensor down = linear(act, w[5], no_bias, linear_kind).contiguous();
+    add_rows(xp, down.data_ptr<float>(), n, d, d);
+  }
+  rms_rows(xp, norm.contiguous().data_ptr<float>(), yp, n, d, feps);
+  return linear(y, lm_head, no_bias, linear_kind);  // [N, V]
+}
+
 at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token of each row
                        const at::Tensor& positions,  // [N, 1] its rotary position
                        const at::Tensor& cache_k,    // [L, N, kvh, T, hd], written at slot `start`
@@ -365,9 +527,12 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
                        at::TensorList weights,  // per layer: ln1, wqkv, wo, ln2, wgu, wdown
                        const c10::List<std::optional<at::Tensor>>& qkv_bias,  // per layer
                        int64_t h, int64_t kvh, int64_t hd, double eps, int64_t linear_kind,
-                       bool attention_kernel) {
+                       bool own_kernels) {
   TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "decode_step takes one token per row");
   TORCH_CHECK(weights.size() == 6 * qkv_bias.size(), "decode_step: 6 weights per layer");
+  if (own_kernels && has_kernel(hd))
+    return fused_step(ids, positions, cache_k, cache_v, start, mask, cos, sin, embed, norm, lm_head, weights,
+                      qkv_bias, h, kvh, hd, eps, linear_kind);
   const int64_t n = ids.size(0), s = 1, end = start + s;
   const std::optional<at::Tensor> no_bias;
   const double scale = std::pow(static_cast<double>(hd), -0.5);  // Python's hd**-0.5
@@ -388,13 +553,8 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
     const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
     // The query heads that share each K/V head side by side: two grouped matmuls (_attend).
     const at::Tensor q = qk.slice(1, 0, h).reshape({n, kvh, h / kvh, hd});
-    at::Tensor att;
-    if (attention_kernel && has_kernel(hd)) {
-      att = attend_one_token(q, keys, values, mask, scale).view({n, h, 1, hd});
-    } else {
-      const at::Tensor scores = at::matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(mask);
-      att = at::matmul(scores.softmax(-1), values).view({n, h, 1, hd});
-    }
+    const at::Tensor scores = at::matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(mask);
+    const at::Tensor att = at::matmul(scores.softmax(-1), values).view({n, h, 1, hd});
     x = at::add(x, linear(att.transpose(1, 2).reshape({n, s, h * hd}), w[2], no_bias, linear_kind));
     y = rms(x, w[3], eps);
     const auto gate_up = linear(y, w[4], no_bias, linear_kind).chunk(2, -1);
@@ -410,7 +570,7 @@ TORCH_LIBRARY(axiom_rl, m) {
   m.def(
       "decode_step(Tensor ids, Tensor positions, Tensor(a!) cache_k, Tensor(b!) cache_v, int start, "
       "Tensor mask, Tensor cos, Tensor sin, Tensor embed, Tensor norm, Tensor lm_head, Tensor[] weights, "
-      "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool attention_kernel) -> Tensor");
+      "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool own_kernels) -> Tensor");
   m.def("pack_panels(Tensor w) -> Tensor");
   m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");
   m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all

@@ -17,9 +17,10 @@ CPU. This loop runs the same arithmetic with nothing else:
   packed once per rollout: for the C++ step's own linear kernel, which both steps and the prefill
   call (native.py), or where it does not run, for oneDNN;
 - in float32 on a CPU the decode step runs as one C++ call (decode_step.cpp, built once by
-  native.py): the same ATen calls as the Python step without the interpreter's cost around each
-  of them, and attention in a kernel of its own, so the logits agree with the Python step's to
-  float32 rounding (the same bits with native.ATTENTION_KERNEL off);
+  native.py): attention and the element-wise work between the linear layers in loops of its
+  own, without the interpreter's or ATen's cost around each of some 30 calls a layer, so the
+  logits agree with the Python step's to float32 rounding (with native.OWN_KERNELS off it makes
+  the Python step's ATen calls, and computes the same bits);
 - on a CUDA device the decode step runs with static shapes, captured once per rollout as a CUDA
   graph and replayed per token (see _StaticDecode): there, launching kernels is the cost.
 

@@ -2,13 +2,15 @@
 
 At a small model's sizes a token step is some 800 ATen calls (views included) on tensors of a
 few thousand values, and Python's cost around each call (parsing its arguments, wrapping its
-result) is a large part of the step. decode_step.cpp makes the same calls as fast._forward, in
-the same order, from C++, so the same kernels run and only the interpreter's share of the time
-goes; except attention, which runs a kernel of its own (`ATTENTION_KERNEL`): the same products,
-reading the KV cache at up to three times the speed of ATen's batched matmul, but summed in
-another order. So the logits agree with the Python step's to float32 rounding (about 1e-7
-relative), and a sampled token differs only where a uniform draw falls that close to the edge
-between two tokens; with the kernel off they are the same bits.
+result) is a large part of the step; ATen's own cost around each (dispatch, allocation, setting
+up an iterator over a few thousand values) is most of the rest. decode_step.cpp runs the step
+with its own kernels (`OWN_KERNELS`): attention reading the KV cache at up to three times the
+speed of ATen's batched matmul, and RMSNorm, RoPE, the cache writes and the residual adds as
+plain loops. They compute the same products, some summed in another order, so the logits agree
+with the Python step's to float32 rounding (about 1e-7 relative), and a sampled token differs
+only where a uniform draw falls that close to the edge between two tokens. With `OWN_KERNELS`
+off it makes the same ATen calls as fast._forward, in the same order, and computes the same
+bits.
 
 The same library holds the rollout's float32 linear layers where oneDNN would run them (x86 CPUs
 not Intel's, models/cpu_matmul.py) and the CPU has AVX2 (`MATMUL_KERNEL`): `linear_panels`, for
@@ -54,9 +56,10 @@ SOURCE = Path(__file__).with_name("decode_step.cpp")
 OPENMP = ("-fopenmp",) if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else ()
 # -ffp-contract=off: each product and sum rounded alike in every instruction-set clone of a kernel.
 CFLAGS = ("-O3", "-ffp-contract=off", *OPENMP)
-# The step's attention in decode_step.cpp's kernel (False: ATen's matmuls, so the Python step's
-# bits exactly; the tests compare both ways, and the step benchmark's aten-attention ablation).
-ATTENTION_KERNEL = True
+# The step's attention and element-wise work in decode_step.cpp's own loops (False: the Python
+# step's ATen calls, so its bits exactly; the tests compare both ways, and the step benchmark's
+# aten-ops ablation).
+OWN_KERNELS = True
 # The rollout's float32 linear layers in decode_step.cpp's own kernel where it applies (False:
 # oneDNN's, as in training; the tests compare both, and the step benchmark's onednn-linear ablation).
 MATMUL_KERNEL = True
@@ -233,7 +236,7 @@ def step_for(w: Any) -> Callable[..., torch.Tensor] | None:
 
 
 def _bind(
-    built: Callable[..., torch.Tensor], w: Any, attention_kernel: bool | None = None
+    built: Callable[..., torch.Tensor], w: Any, own_kernels: bool | None = None
 ) -> Callable[..., torch.Tensor]:
     from ..models import cpu_matmul
 
@@ -243,7 +246,7 @@ def _bind(
     biases = [layer.bqkv for layer in w.layers]
     # decode_step.cpp's LinearKind: 0 F.linear, 1 oneDNN, 2 its own kernel.
     kind = {cpu_matmul.linear_packed: 1, linear_panels: 2}.get(w.linear, 0)
-    kernel = ATTENTION_KERNEL if attention_kernel is None else attention_kernel
+    kernel = OWN_KERNELS if own_kernels is None else own_kernels
     shape = (w.heads, w.kv_heads, w.head_dim, w.eps)
     fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, kind, kernel)
     return lambda *args: built(*args, *fixed)
@@ -253,8 +256,8 @@ def _self_check(built: Callable[..., torch.Tensor]) -> str:
     """Run the C++ step and the Python one on a small random Qwen2 (head size 16, which the
     attention kernel covers) with each way this machine may run the linear layers, after checking
     `linear_panels` against F.linear where the CPU has it; returns what differs: "" when the
-    panels agree with F.linear to float32 rounding and, without the attention kernel, the steps'
-    logits and caches are the same bits, and with it agree to float32 rounding."""
+    panels agree with F.linear to float32 rounding and, without the step's own kernels, the
+    steps' logits and caches are the same bits, and with them agree to float32 rounding."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from . import fast
@@ -312,7 +315,7 @@ def _check_steps(built: Callable[..., torch.Tensor], w: Any) -> str:
         native_k, native_v = cache[0].clone(), cache[1].clone()
         got = _bind(built, w, kernel)(ids, positions, native_k, native_v, prompt, mask, cos, sin)
         same = torch.equal if not kernel else functools.partial(torch.allclose, rtol=1e-4, atol=1e-5)
-        what = "with the attention kernel" if kernel else "without the attention kernel"
+        what = "with the step's own kernels" if kernel else "with ATen's calls"
         if not same(got, expected):
             return f"logits {what} differ by up to {(got - expected).abs().max().item():.3g}"
         if not (same(native_k, python_k) and same(native_v, python_v)):
