@@ -442,10 +442,9 @@ AXIOM_TARGETS void rotate_rows(float* __restrict__ v, int64_t n, int64_t row, in
   }
 }
 
-// x += y, n rows of d values (rows of y `y_row` apart).
-AXIOM_TARGETS void add_rows(float* __restrict__ x, const float* __restrict__ y, int64_t n, int64_t d, int64_t y_row) {
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < d; ++j) x[r * d + j] += y[r * y_row + j];
+// x += y, both `size` values (the residual stream, n rows of d).
+AXIOM_TARGETS void add_into(float* __restrict__ x, const float* __restrict__ y, int64_t size) {
+  for (int64_t j = 0; j < size; ++j) x[j] += y[j];
 }
 
 // The decode step with its own kernels (`own_kernels`, for the head sizes kernel_for covers): the
@@ -503,14 +502,14 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     attend(attend_args(qkvp, qkv_width, keys, values, mask, att.data_ptr<float>(), q_width, n, kvh, groups, scale),
            scores);
     const at::Tensor o = linear(att, w[2], no_bias, linear_kind).contiguous();
-    add_rows(xp, o.data_ptr<float>(), n, d, d);
+    add_into(xp, o.data_ptr<float>(), n * d);
     rms_rows(xp, w[3].contiguous().data_ptr<float>(), yp, n, d, feps);
     const at::Tensor gate_up = linear(y, w[4], no_bias, linear_kind).contiguous();  // [N, 2 I]
     const int64_t inner = gate_up.size(1) / 2;
     at::Tensor act = at::silu(gate_up.slice(1, 0, inner));
     act.mul_(gate_up.slice(1, inner));
     const at::Tensor down = linear(act, w[5], no_bias, linear_kind).contiguous();
-    add_rows(xp, down.data_ptr<float>(), n, d, d);
+    add_into(xp, down.data_ptr<float>(), n * d);
   }
   rms_rows(xp, norm.contiguous().data_ptr<float>(), yp, n, d, feps);
   return linear(y, lm_head, no_bias, linear_kind);  // [N, V]
