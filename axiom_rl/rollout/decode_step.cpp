@@ -202,8 +202,9 @@ AttendPairs kernel_for(int64_t hd) {
 
 bool has_kernel(int64_t hd) { return kernel_for(hd) != nullptr; }
 
-// q [N, kvh, G, hd]; keys, values [N, kvh, T, hd] (rows of hd contiguous); mask [N, 1, 1, T], an
-// additive bias. Returns [N, kvh, G, hd]. Head sizes: see `kernel_for`.
+// attend_pairs on its own, for the tests (the step calls it through fused_step). q [N, kvh, G, hd];
+// keys, values [N, kvh, T, hd] (rows of hd contiguous); mask [N, 1, 1, T], an additive bias.
+// Returns [N, kvh, G, hd]. Head sizes: see `kernel_for`.
 at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, const at::Tensor& values,
                             const at::Tensor& mask_in, double scale) {
   const at::Tensor q = q_in.contiguous();
@@ -459,7 +460,7 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   const int64_t n = ids.size(0), d = embed.size(1), end = start + 1, groups = h / kvh;
   const int64_t q_width = h * hd, kv_width = kvh * hd, qkv_width = q_width + 2 * kv_width;
   TORCH_CHECK(embed.is_contiguous() && embed.scalar_type() == at::kFloat, "decode_step: a float32 embedding");
-  TORCH_CHECK(cache_k.strides() == cache_v.strides() && cache_k.stride(-1) == 1, "decode_step: caches alike");
+  TORCH_CHECK(cache_k.stride(-1) == 1 && cache_v.stride(-1) == 1, "decode_step: cache rows of hd contiguous");
   const at::Tensor ids64 = ids.to(at::kLong).contiguous(), positions = positions_in.to(at::kLong).contiguous();
   const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
   const at::Tensor mask = mask_in.stride(-1) == 1 ? mask_in : mask_in.contiguous();
@@ -481,7 +482,6 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   const AttendPairs attend = kernel_for(hd);
   const std::optional<at::Tensor> no_bias;
   const double scale = std::pow(static_cast<double>(hd), -0.5);
-  const int64_t slot_k = cache_k.stride(3), row_k = cache_k.stride(1), head_k = cache_k.stride(2);
   for (int64_t i = 0; i < static_cast<int64_t>(qkv_bias.size()); ++i) {
     const at::Tensor* w = &weights[6 * i];
     rms_rows(xp, w[0].contiguous().data_ptr<float>(), yp, n, d, feps);
@@ -494,9 +494,10 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     float* vp = layer_v.data_ptr<float>();
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < kvh; ++j) {
-        const int64_t at_slot = r * row_k + j * head_k + start * slot_k;
-        std::copy_n(qkvp + r * qkv_width + q_width + j * hd, hd, kp + at_slot);
-        std::copy_n(qkvp + r * qkv_width + q_width + kv_width + j * hd, hd, vp + at_slot);
+        const float* new_k = qkvp + r * qkv_width + q_width + j * hd;  // its value kv_width further on
+        const float* new_v = new_k + kv_width;
+        std::copy_n(new_k, hd, kp + r * layer_k.stride(0) + j * layer_k.stride(1) + start * layer_k.stride(2));
+        std::copy_n(new_v, hd, vp + r * layer_v.stride(0) + j * layer_v.stride(1) + start * layer_v.stride(2));
       }
     const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
     attend(attend_args(qkvp, qkv_width, keys, values, mask, att.data_ptr<float>(), q_width, n, kvh, groups, scale),
