@@ -40,6 +40,24 @@ def test_linear_values_and_gradients_match_float64(matmul_backend, shape):
     )  # the library asked for
 
 
+@pytest.mark.skipif(not cpu_matmul.onednn_available(), reason="this PyTorch build has no oneDNN")
+@pytest.mark.parametrize("rows, outputs, inputs", [(1008, 688, 256), (88, 256, 688), (5, 259, 256), (7, 33, 17)])
+def test_input_gradient_reads_the_transposed_view_for_the_same_bits(monkeypatch, rows, outputs, inputs):
+    """input_grad hands oneDNN the weight's transpose as a view; oneDNN lays it out itself, and the
+    gradient must be what a contiguous transposed copy gives, bit for bit (seeded runs keep their
+    figures)."""
+    monkeypatch.setenv(cpu_matmul.ENV, "onednn")
+    cpu_matmul.backend.cache_clear()
+    try:
+        gen = torch.Generator().manual_seed(rows)
+        grad, weight = torch.randn(rows, outputs, generator=gen), torch.randn(outputs, inputs, generator=gen)
+        got = cpu_matmul.input_grad(grad, weight)
+        assert torch.equal(got, cpu_matmul._onednn(grad, weight.t().contiguous(), None))
+        assert _relative_error(got, grad.double() @ weight.double()) < 1e-5
+    finally:
+        cpu_matmul.backend.cache_clear()
+
+
 def test_frozen_weights_and_inputs_get_no_gradient(matmul_backend):
     x = torch.randn(4, 8, requires_grad=True)
     w = torch.randn(6, 8)  # frozen (a reference model, a LoRA base layer)

@@ -87,7 +87,9 @@ def linear_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
 def input_grad(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """grad @ weight: the gradient of F.linear's input, [..., out] -> [..., in]."""
     if applies(grad):
-        return _onednn(grad, weight.t().contiguous(), None)
+        # The transposed view, not a contiguous copy: oneDNN lays the weight out for its kernel
+        # either way (the same bits), and its reorder is faster than ATen's transposing copy.
+        return _onednn(grad, weight.t(), None)
     return grad.matmul(weight)
 
 
