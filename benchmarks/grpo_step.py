@@ -108,6 +108,10 @@ ABLATIONS = {
         {},
     ),
     "onednn-linear": ("the rollout's linear layers in oneDNN, not the C++ step's kernel (CPU only)", {}),
+    "aten-silu": (
+        "the training passes' SiLU and product in ATen's calls, not the fused kernels (CPU only)",
+        {},
+    ),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -120,6 +124,7 @@ ABLATION_DEVICE = {
     "python-decode": "cpu",
     "aten-ops": "cpu",
     "onednn-linear": "cpu",
+    "aten-silu": "cpu",
 }
 
 
@@ -159,6 +164,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.rollout import native
 
         native.MATMUL_KERNEL = False
+    elif ablation == "aten-silu":
+        from axiom_rl.models import activation_memory
+
+        activation_memory.FUSED_KERNELS = False
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 

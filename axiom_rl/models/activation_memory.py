@@ -9,14 +9,20 @@ two such tensors fewer at the step's peak: with 64 rows x 280 tokens and an inte
 688, 98 MB a layer. Where `down` is not a plain bias-free Linear (a LoRA layer wraps it),
 `silu_mul` keeps `gate` and `up` for the product alone and `down` keeps its input: one fewer.
 
-Forward and backward run the same operations as autograd does, in the same order, so values and
+Forward and backward compute what autograd computes, each value rounded alike, so values and
 gradients are identical bit for bit (tests/test_models.py checks this on a real model); seeded
-runs do not change.
+runs do not change. On a float32 CPU, silu(gate) * up and its backward run in one pass each
+(models/silu_mul.cpp, in the C++ library that rollout/native.py builds): five and fourteen
+streams over [tokens, intermediate] tensors become three and six. Those kernels follow ATen's own
+to the bit (the same exp, the same split over threads); they are checked against ATen's calls
+when first loaded, and where they are not available or differ, ATen's calls run.
 """
 
 from __future__ import annotations
 
+import functools
 import types
+import warnings
 from typing import Any
 
 import torch
@@ -24,22 +30,95 @@ import torch.nn.functional as F
 
 from . import cpu_matmul
 
+# The fused kernels where they apply (False: ATen's calls, the same bits; the tests compare both,
+# and the step benchmark's aten-silu ablation).
+FUSED_KERNELS = True
+# torch.backends.cpu.get_cpu_capability() -> the kernels' `isa`: the vector width of ATen's own
+# silu kernels, whose chunks of vector pairs and scalar tails the fused kernels reproduce.
+_ISA = {"AVX512": 2, "AVX2": 1}
+
 # MLP classes whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x)) (transformers 5.x).
 GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
+
+
+@functools.cache
+def _fused_isa() -> int:
+    """The fused kernels' `isa` on this machine (2: AVX-512, 1: AVX2, as ATen's silu), or 0 where
+    ATen's calls run: another CPU capability, no C++ library, or kernels whose bits differ from
+    ATen's (with a warning, once)."""
+    isa = _ISA.get(torch.backends.cpu.get_cpu_capability(), 0)
+    if not isa:
+        return 0
+    from ..rollout import native
+
+    if native.op() is None or not hasattr(torch.ops.axiom_rl, "silu_mul"):
+        return 0
+    if differs := _differs_from_aten(isa):
+        warnings.warn(
+            f"the fused SiLU kernels' {differs} differs from ATen's here; using ATen's calls", stacklevel=2
+        )
+        return 0
+    return isa
+
+
+def _differs_from_aten(isa: int) -> str:
+    """Where the fused kernels' bits differ from ATen's calls ("forward", "backward"), or "". At
+    a size inside ATen's grain (one chunk) and above it (a chunk per thread), neither a whole number
+    of vector pairs, with values wide enough for exp to under- and overflow."""
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((3, 37), (3, 22_001)):
+        gate, up, grad = (torch.randn(shape, generator=gen) * 30 for _ in range(3))
+        silu = F.silu(gate)
+        if not torch.equal(torch.ops.axiom_rl.silu_mul(gate, up, isa), silu * up):
+            return "forward"
+        grad_gate, grad_up, product = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, isa, True)
+        expected = (torch.ops.aten.silu_backward(grad * up, gate), grad * silu, silu * up)
+        if not all(map(torch.equal, (grad_gate, grad_up, product), expected)):
+            return "backward"
+    return ""
+
+
+def _fused(*tensors: torch.Tensor) -> int:
+    """The fused kernels' `isa` for these tensors, or 0 for ATen's calls."""
+    first = tensors[0]
+    if not FUSED_KERNELS or not all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() and t.shape == first.shape
+        for t in tensors
+    ):
+        return 0
+    return _fused_isa()
+
+
+def silu_times(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up (no autograd)."""
+    isa = _fused(gate, up)
+    return torch.ops.axiom_rl.silu_mul(gate, up, isa) if isa else F.silu(gate) * up
+
+
+def silu_times_backward(
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, with_product: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(grad_gate, grad_up, and where asked the product silu(gate) * up) for silu(gate) * up."""
+    isa = _fused(grad, gate, up)
+    if isa:
+        grad_gate, grad_up, product = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, isa, with_product)
+        return grad_gate, grad_up, product if with_product else None
+    silu = F.silu(gate)
+    # autograd's order: mul's backward (grad * other), then silu's backward on the result
+    grad_gate = torch.ops.aten.silu_backward(grad * up, gate)
+    return grad_gate, grad * silu, silu * up if with_product else None
 
 
 class _SiluMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(gate, up)
-        return F.silu(gate) * up
+        return silu_times(gate, up)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         gate, up = ctx.saved_tensors
-        # autograd's order: mul's backward (grad * other), then silu's backward on the result
-        grad_gate = torch.ops.aten.silu_backward(grad * up, gate)
-        grad_up = grad * F.silu(gate)
+        grad_gate, grad_up, _ = silu_times_backward(grad, gate, up, with_product=False)
         return grad_gate, grad_up
 
 
@@ -52,25 +131,21 @@ class _SiluMulDown(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(gate, up, weight)
-        return cpu_matmul.forward_only(F.silu(gate) * up, weight)
+        return cpu_matmul.forward_only(silu_times(gate, up), weight)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         gate, up, weight = ctx.saved_tensors
-        silu = F.silu(gate)
-        hidden = silu * up  # the product `down` read, recomputed: the same values
         # F.linear of a [..., in] input is a matmul folded to 2-D; autograd's mm backward gives the
         # input's gradient as grad @ W and, W^T being column-major, the weight's as grad^T @ input.
         grad_2d = grad.reshape(-1, grad.shape[-1])
-        grad_hidden = cpu_matmul.input_grad(grad_2d, weight).view(hidden.shape)
+        grad_hidden = cpu_matmul.input_grad(grad_2d, weight).view(gate.shape)
+        # then _SiluMul's backward, which also recomputes the product `down` read (the same values)
+        need_weight = ctx.needs_input_grad[2]
+        grad_gate, grad_up, hidden = silu_times_backward(grad_hidden, gate, up, with_product=need_weight)
         grad_weight = (
-            cpu_matmul.weight_grad(grad_2d, hidden.reshape(-1, hidden.shape[-1]))
-            if ctx.needs_input_grad[2]
-            else None
+            cpu_matmul.weight_grad(grad_2d, hidden.reshape(-1, hidden.shape[-1])) if need_weight else None
         )
-        # then _SiluMul's backward, as above
-        grad_gate = torch.ops.aten.silu_backward(grad_hidden * up, gate)
-        grad_up = grad_hidden * silu
         return grad_gate, grad_up, grad_weight
 
 

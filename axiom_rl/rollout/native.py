@@ -20,6 +20,9 @@ and the prefill call it too, so both steps still compute the same bits. Its sums
 float32 matmul's, in another order than oneDNN's: a seeded rollout samples other tokens than
 with oneDNN, and the same ones run after run, with any number of threads, on AVX2 and AVX-512.
 
+The library also holds the training passes' fused SiLU (models/silu_mul.cpp, used by
+models/activation_memory.py), so one build serves both.
+
 It is built once per machine, Python and PyTorch version with torch.utils.cpp_extension (a C++
 compiler and ninja; 15-40 s on 2 cores), into TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions,
 and checked against the Python step on a small random model before the first use. Where it cannot
@@ -50,7 +53,9 @@ from ..errors import UserError, env_choice
 
 ENV = "AXIOM_RL_DECODE_STEP"
 CHOICES = ("native", "python")
-SOURCE = Path(__file__).with_name("decode_step.cpp")
+# One library for axiom-rl's C++ kernels: the decode step, and the training passes' fused SiLU
+# (models/silu_mul.cpp, which models/activation_memory.py loads through `op`).
+SOURCES = (Path(__file__).with_name("decode_step.cpp"), Path(__file__).parents[1] / "models" / "silu_mul.cpp")
 # The attention kernel's loops spread over PyTorch's own OpenMP threads (at::parallel_for), where
 # PyTorch runs on OpenMP: pip's Linux wheels carry a libgomp.so.1 that the library then shares.
 OPENMP = ("-fopenmp",) if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else ()
@@ -75,7 +80,7 @@ def build_directory() -> Path:
     """Where the built library lives: under TORCH_EXTENSIONS_DIR (as torch's own builds) or
     ~/.cache/torch_extensions, one per Python and PyTorch version (torch's default names no
     PyTorch version, and a library built against another PyTorch would not load) and per content
-    of decode_step.cpp. The source is compiled from a copy in that directory, so two checkouts of
+    of the sources. They are compiled from copies in that directory, so two checkouts of
     the same code share one build: torch's build file names the source's path, and a build
     shared by checkouts at two paths was rebuilt, silently, whenever the other one had last
     loaded it."""
@@ -83,7 +88,9 @@ def build_directory() -> Path:
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(
+        b"".join(s.read_bytes() for s in SOURCES) + " ".join(CFLAGS).encode()
+    ).hexdigest()[:12]
     return Path(root) / f"axiom_rl-{python}-torch{torch.__version__}" / f"decode_step-{digest}"
 
 
@@ -108,14 +115,15 @@ def _build() -> Callable[..., torch.Tensor]:
                 flush=True,
             )
         started = time.perf_counter()
-        source = where / SOURCE.name
-        if not source.exists():  # the directory is named by its content: a copy there is this file
-            copying = where / f".{SOURCE.name}.{os.getpid()}"
-            shutil.copyfile(SOURCE, copying)
-            os.replace(copying, source)
+        copies = [where / source.name for source in SOURCES]
+        for source, copy in zip(SOURCES, copies):
+            if not copy.exists():  # the directory is named by the content: a copy there is this file
+                copying = where / f".{source.name}.{os.getpid()}"
+                shutil.copyfile(source, copying)
+                os.replace(copying, copy)
         load(
             "axiom_rl_decode_step",
-            sources=[str(source)],
+            sources=[str(copy) for copy in copies],
             extra_cflags=list(CFLAGS),
             extra_ldflags=list(OPENMP),
             build_directory=str(where),

@@ -1,0 +1,191 @@
+// silu(gate) * up, and its backward, each in one pass over memory: the gated MLP of the training
+// passes (models/activation_memory.py). ATen runs them as element-wise calls over [tokens,
+// intermediate] tensors too large for the cache: silu then the product forward (five tensor
+// streams read or written), and in backward silu, the product `down` reads, two products and
+// silu_backward (fourteen streams). These kernels read and write each tensor once (three streams
+// forward, six backward), and allocate three tensors where ATen allocates five.
+//
+// They compute ATen's bits, which is what keeps a seeded run's figures: each value is rounded as
+// ATen's silu, silu_backward and mul round it, with the same exp. ATen's kernel for this CPU
+// (Vectorized<float>, AVX-512 or AVX2, as torch.backends.cpu.get_cpu_capability() says) takes
+// SLEEF's exp (libtorch exports it), in pairs of vectors from the start of each thread's chunk,
+// and std::exp for the chunk's last elements (fewer than two vectors); the chunks are
+// TensorIterator's (at::parallel_for with its grain). So these kernels split the work with the
+// same call, pick SLEEF's or std::exp by the same rule, and fuse the one multiply-add that the
+// compiler fused in ATen's silu_backward (1 + x * (1 - sigmoid)). The library is built with
+// -ffp-contract=off, so nothing else is fused. activation_memory.py checks the bits against ATen's
+// when it first loads them, and uses ATen's calls where they differ.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <tuple>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define AXIOM_SILU_KERNELS 1
+#include <immintrin.h>
+
+extern "C" {
+// ATen's Vectorized<float>::exp for AVX-512 and for AVX2 (ATen/cpu/vec/vec512, vec256).
+__attribute__((target("avx512f"))) __m512 Sleef_expf16_u10(__m512);
+__attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10(__m256);
+}
+
+namespace {
+
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef float f32x8 __attribute__((vector_size(32)));
+
+// The instruction set's exp and multiply-add; the rest is GCC's vector arithmetic, which compiles
+// to the instruction set of the function the loops are flattened into (below).
+struct Avx512 {
+  using V = f32x16;
+  __attribute__((target("avx512f"))) static V exp(V x) { return (V)Sleef_expf16_u10((__m512)x); }
+  __attribute__((target("avx512f"))) static V fma(V a, V b, V c) {
+    return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+  }
+};
+struct Avx2 {
+  using V = f32x8;
+  __attribute__((target("avx2,fma"))) static V exp(V x) { return (V)Sleef_expf8_u10((__m256)x); }
+  __attribute__((target("avx2,fma"))) static V fma(V a, V b, V c) {
+    return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+  }
+};
+
+template <typename V>
+inline V load(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <typename V>
+inline void store(float* p, const V& v) {
+  __builtin_memcpy(p, &v, sizeof(V));
+}
+
+// Where ATen's vectorized loop stops in a chunk [begin, end): after whole pairs of vectors.
+template <typename I>
+int64_t vector_end(int64_t begin, int64_t end) {
+  constexpr int64_t pair = 2 * sizeof(typename I::V) / sizeof(float);
+  return begin + (end - begin) / pair * pair;
+}
+
+template <typename I>
+void forward_chunk(const float* gate, const float* up, float* out, int64_t begin, int64_t end) {
+  using V = typename I::V;
+  constexpr int64_t lanes = sizeof(V) / sizeof(float);
+  const int64_t split = vector_end<I>(begin, end);
+  for (int64_t i = begin; i < split; i += lanes) {
+    const V x = load<V>(gate + i);
+    store<V>(out + i, x / (1.0f + I::exp(-x)) * load<V>(up + i));
+  }
+  for (int64_t i = split; i < end; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// grad_gate = silu_backward(grad * up, gate), grad_up = grad * silu(gate), and, where asked, the
+// product silu(gate) * up that `down`'s weight gradient reads.
+template <typename I>
+void backward_chunk(const float* grad, const float* gate, const float* up, float* grad_gate, float* grad_up,
+                    float* product, int64_t begin, int64_t end) {
+  using V = typename I::V;
+  constexpr int64_t lanes = sizeof(V) / sizeof(float);
+  const int64_t split = vector_end<I>(begin, end);
+  for (int64_t i = begin; i < split; i += lanes) {
+    const V x = load<V>(gate + i), u = load<V>(up + i), g = load<V>(grad + i);
+    const V denominator = 1.0f + I::exp(-x);
+    const V silu = x / denominator, sigmoid = 1.0f / denominator;
+    if (product) store<V>(product + i, silu * u);
+    store<V>(grad_up + i, g * silu);
+    store<V>(grad_gate + i, g * u * sigmoid * I::fma(x, 1.0f - sigmoid, V{} + 1.0f));
+  }
+  for (int64_t i = split; i < end; ++i) {
+    const float x = gate[i], u = up[i], g = grad[i];
+    const float denominator = 1.0f + std::exp(-x);
+    const float silu = x / denominator, sigmoid = 1.0f / denominator;
+    if (product) product[i] = silu * u;
+    grad_up[i] = g * silu;
+    grad_gate[i] = g * u * sigmoid * std::fma(x, 1.0f - sigmoid, 1.0f);
+  }
+}
+
+// flatten: the loops and the instruction set's helpers inlined into one function per set.
+__attribute__((target("avx512f"), flatten)) void forward_avx512(const float* g, const float* u, float* o, int64_t b,
+                                                                 int64_t e) {
+  forward_chunk<Avx512>(g, u, o, b, e);
+}
+__attribute__((target("avx2,fma"), flatten)) void forward_avx2(const float* g, const float* u, float* o, int64_t b,
+                                                                int64_t e) {
+  forward_chunk<Avx2>(g, u, o, b, e);
+}
+__attribute__((target("avx512f"), flatten)) void backward_avx512(const float* gr, const float* g, const float* u,
+                                                                  float* gg, float* gu, float* p, int64_t b,
+                                                                  int64_t e) {
+  backward_chunk<Avx512>(gr, g, u, gg, gu, p, b, e);
+}
+__attribute__((target("avx2,fma"), flatten)) void backward_avx2(const float* gr, const float* g, const float* u,
+                                                                 float* gg, float* gu, float* p, int64_t b,
+                                                                 int64_t e) {
+  backward_chunk<Avx2>(gr, g, u, gg, gu, p, b, e);
+}
+
+// TensorIterator::for_each's split of n elements: one chunk below its grain or with one thread,
+// else at::parallel_for's chunks with the same grain.
+template <typename F>
+void over_aten_chunks(int64_t n, const F& f) {
+  if (n < at::internal::GRAIN_SIZE || at::get_num_threads() == 1)
+    f(0, n);
+  else
+    at::parallel_for(0, n, at::internal::GRAIN_SIZE, f);
+}
+
+// isa: 2 for ATen's AVX-512 kernels, 1 for its AVX2 ones.
+void check(const at::Tensor& gate, const at::Tensor& up, const at::Tensor* grad, int64_t isa) {
+  TORCH_CHECK(isa == 2 ? __builtin_cpu_supports("avx512f") : isa == 1 && __builtin_cpu_supports("avx2"),
+              "silu_mul: no kernel for isa ", isa, " on this CPU");
+  for (const at::Tensor* t : {&gate, &up, grad}) {
+    if (t == nullptr) continue;
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
+                "silu_mul: contiguous float32 CPU tensors only");
+    TORCH_CHECK(t->sizes() == gate.sizes(), "silu_mul: the tensors' shapes differ");
+  }
+}
+
+at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up, int64_t isa) {
+  check(gate, up, nullptr, isa);
+  at::Tensor out = at::empty_like(gate);
+  const float *g = gate.data_ptr<float>(), *u = up.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const auto chunk = isa == 2 ? forward_avx512 : forward_avx2;
+  over_aten_chunks(gate.numel(), [&](int64_t b, int64_t e) { chunk(g, u, o, b, e); });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> silu_mul_backward(const at::Tensor& grad, const at::Tensor& gate,
+                                                                 const at::Tensor& up, int64_t isa,
+                                                                 bool with_product) {
+  check(gate, up, &grad, isa);
+  at::Tensor grad_gate = at::empty_like(gate), grad_up = at::empty_like(gate);
+  at::Tensor product = with_product ? at::empty_like(gate) : at::empty({0}, gate.options());
+  const float *gr = grad.data_ptr<float>(), *g = gate.data_ptr<float>(), *u = up.data_ptr<float>();
+  float *gg = grad_gate.data_ptr<float>(), *gu = grad_up.data_ptr<float>();
+  float* p = with_product ? product.data_ptr<float>() : nullptr;
+  const auto chunk = isa == 2 ? backward_avx512 : backward_avx2;
+  over_aten_chunks(gate.numel(), [&](int64_t b, int64_t e) { chunk(gr, g, u, gg, gu, p, b, e); });
+  return {grad_gate, grad_up, product};
+}
+
+}  // namespace
+#endif
+
+TORCH_LIBRARY_FRAGMENT(axiom_rl, m) {
+#ifdef AXIOM_SILU_KERNELS
+  m.def("silu_mul(Tensor gate, Tensor up, int isa) -> Tensor", &silu_mul);
+  m.def(
+      "silu_mul_backward(Tensor grad, Tensor gate, Tensor up, int isa, bool with_product) -> (Tensor, Tensor, "
+      "Tensor)",
+      &silu_mul_backward);
+#endif
+}
