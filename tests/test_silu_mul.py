@@ -52,14 +52,36 @@ def test_the_kernels_compute_atens_bits(shape, threads):
 
 
 @needs_kernels
+@pytest.mark.parametrize("threads", [None, 1])
+@pytest.mark.parametrize("rows, inner", [(16, 688), (1, 688), (49, 688), (97, 333), (3, 48)])
+def test_the_decode_steps_rows_get_atens_bits(rows, inner, threads):
+    """The decode step's silu(gate) * up over the halves of [rows, 2 inner]: ATen iterates the
+    strided half row by row, in chunks of the flattened elements; 49 x 688 and 97 x 333 are past
+    its grain and odd, so a chunk ends inside a row."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        gate_up = torch.randn(rows, 2 * inner, generator=torch.Generator().manual_seed(rows)) * 20
+        expected = F.silu(gate_up[:, :inner]) * gate_up[:, inner:]
+        assert torch.equal(torch.ops.axiom_rl.silu_mul_rows(gate_up), expected)
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_kernels
 def test_atens_avx2_kernels_are_followed_too():
     """Under ATEN_CPU_CAPABILITY=avx2 ATen runs its AVX2 silu (vectors of 8, SLEEF's 8-lane exp): the
-    check on loading passes for the AVX2 kernels, and they compute those bits."""
+    check on loading passes for the AVX2 kernels, and the decode step's rows get those bits too."""
     script = (
         "import torch, warnings; warnings.simplefilter('error')\n"
         "from axiom_rl.models import activation_memory as am\n"
         "assert torch.backends.cpu.get_cpu_capability() == 'AVX2'\n"
-        "print(am._fused_isa())\n"
+        "isa = am._fused_isa()\n"
+        "x = torch.randn(49, 2 * 688) * 20\n"
+        "silu = torch.nn.functional.silu\n"
+        "assert torch.equal(torch.ops.axiom_rl.silu_mul_rows(x), silu(x[:, :688]) * x[:, 688:])\n"
+        "print(isa)\n"
     )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)

@@ -18,9 +18,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -180,7 +183,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> silu_mul_backward(const at::Tenso
 }  // namespace
 #endif
 
+// For the decode step's own kernels (rollout/decode_step.cpp): out [rows, inner] = silu(gate) * up
+// for gate_up [rows, 2 inner] (the fused gate and up projections), with the bits of ATen's
+// at::silu(gate_up.slice(1, 0, inner)) * gate_up.slice(1, inner). ATen iterates that strided
+// slice row by row, in chunks of the flattened rows x inner elements (split over threads past its
+// grain); each row's piece of a chunk starts its own pairs of vectors. False, computing nothing,
+// where no kernel follows ATen's on this CPU.
+bool silu_mul_rows(const float* gate_up, int64_t rows, int64_t inner, float* out) {
+#ifdef AXIOM_SILU_KERNELS
+  static const std::string capability = at::get_cpu_capability();
+  const auto chunk = capability == "AVX512" && __builtin_cpu_supports("avx512f") ? forward_avx512
+                     : capability == "AVX2" && __builtin_cpu_supports("avx2") ? forward_avx2
+                                                                              : nullptr;
+  if (chunk == nullptr) return false;
+  over_aten_chunks(rows * inner, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin / inner; row * inner < end; ++row) {
+      const int64_t from = std::max(begin, row * inner) - row * inner;
+      const int64_t to = std::min(end, (row + 1) * inner) - row * inner;
+      const float* gate = gate_up + row * 2 * inner;
+      // the chunk's piece of this row, its pairs counted from `from`, as ATen's loop counts them
+      chunk(gate + from, gate + inner + from, out + row * inner + from, 0, to - from);
+    }
+  });
+  return true;
+#else
+  (void)gate_up, (void)rows, (void)inner, (void)out;
+  return false;
+#endif
+}
+
+namespace {
+// The tests' entry to silu_mul_rows.
+at::Tensor silu_mul_rows_op(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0 && gate_up.is_contiguous() &&
+                  gate_up.scalar_type() == at::kFloat && gate_up.device().is_cpu(),
+              "silu_mul_rows: a contiguous float32 CPU tensor [rows, 2 inner]");
+  const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
+  at::Tensor out = at::empty({rows, inner}, gate_up.options());
+  TORCH_CHECK(silu_mul_rows(gate_up.data_ptr<float>(), rows, inner, out.data_ptr<float>()),
+              "silu_mul_rows: no kernel follows ATen's silu on this CPU");
+  return out;
+}
+}  // namespace
+
 TORCH_LIBRARY_FRAGMENT(axiom_rl, m) {
+  m.def("silu_mul_rows(Tensor gate_up) -> Tensor", &silu_mul_rows_op);
 #ifdef AXIOM_SILU_KERNELS
   m.def("silu_mul(Tensor gate, Tensor up, int isa) -> Tensor", &silu_mul);
   m.def(

@@ -29,6 +29,10 @@
 #include <optional>
 #include <vector>
 
+// silu(gate) * up for the fused gate and up projections, with ATen's bits (models/silu_mul.cpp, built
+// into the same library); false where it has no kernel for this CPU.
+bool silu_mul_rows(const float* gate_up, int64_t rows, int64_t inner, float* out);
+
 namespace {
 
 // The signature of mkldnn::_linear_pointwise, which cpu_matmul.linear_packed calls.
@@ -507,8 +511,11 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     rms_rows(xp, w[3].contiguous().data_ptr<float>(), yp, n, d, feps);
     const at::Tensor gate_up = linear(y, w[4], no_bias, linear_kind).contiguous();  // [N, 2 I]
     const int64_t inner = gate_up.size(1) / 2;
-    at::Tensor act = at::silu(gate_up.slice(1, 0, inner));
-    act.mul_(gate_up.slice(1, inner));
+    at::Tensor act = at::empty({n, inner}, gate_up.options());
+    if (!silu_mul_rows(gate_up.data_ptr<float>(), n, inner, act.data_ptr<float>())) {
+      act = at::silu(gate_up.slice(1, 0, inner));
+      act.mul_(gate_up.slice(1, inner));
+    }
     const at::Tensor down = linear(act, w[5], no_bias, linear_kind).contiguous();
     add_into(xp, down.data_ptr<float>(), n * d);
   }
