@@ -41,7 +41,9 @@ def test_linear_values_and_gradients_match_float64(matmul_backend, shape):
 
 
 @pytest.mark.skipif(not cpu_matmul.onednn_available(), reason="this PyTorch build has no oneDNN")
-@pytest.mark.parametrize("rows, outputs, inputs", [(1008, 688, 256), (88, 256, 688), (5, 259, 256), (7, 33, 17)])
+@pytest.mark.parametrize(
+    "rows, outputs, inputs", [(1008, 688, 256), (88, 256, 688), (5, 259, 256), (7, 33, 17)]
+)
 def test_input_gradient_reads_the_transposed_view_for_the_same_bits(monkeypatch, rows, outputs, inputs):
     """input_grad hands oneDNN the weight's transpose as a view; oneDNN lays it out itself, and the
     gradient must be what a contiguous transposed copy gives, bit for bit (seeded runs keep their

@@ -84,7 +84,9 @@ def test_atens_avx2_kernels_are_followed_too():
         "print(isa)\n"
     )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "1"
 
