@@ -16,9 +16,8 @@ import torch.nn.functional as F
 from axiom_rl.models import activation_memory
 from axiom_rl.models.tiny import build_tiny_model
 
-FUSED_ISA = activation_memory._fused_isa()
 needs_kernels = pytest.mark.skipif(
-    FUSED_ISA == 0,
+    not activation_memory._fused_available(),
     reason=f"no fused kernel follows ATen's silu here (CPU capability {torch.backends.cpu.get_cpu_capability()}, "
     "or the C++ library was not built)",
 )
@@ -35,6 +34,10 @@ def _aten(grad, gate, up):
 def test_the_kernels_compute_atens_bits(shape, threads):
     """(16, 63, 688) splits over the threads in chunks that are whole pairs of vectors; (7, 13, 333)
     is one chunk with a tail that ATen computes with std::exp; values reach exp's under- and overflow."""
+    # the kernels of ATen's own width: 16 lanes for its AVX-512 silu, 8 for its AVX2 one
+    assert (
+        torch.ops.axiom_rl.silu_kernel() == {"AVX512": 16, "AVX2": 8}[torch.backends.cpu.get_cpu_capability()]
+    )
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -42,9 +45,9 @@ def test_the_kernels_compute_atens_bits(shape, threads):
         gen = torch.Generator().manual_seed(sum(shape))
         gate, up, grad = (torch.randn(shape, generator=gen) * 20 for _ in range(3))
         product, grad_gate, grad_up = _aten(grad, gate, up)
-        assert torch.equal(torch.ops.axiom_rl.silu_mul(gate, up, FUSED_ISA), product)
+        assert torch.equal(torch.ops.axiom_rl.silu_mul(gate, up), product)
         for with_product in (True, False):
-            got = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, FUSED_ISA, with_product)
+            got = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, with_product)
             assert torch.equal(got[0], grad_gate) and torch.equal(got[1], grad_up)
             assert torch.equal(got[2], product) if with_product else got[2].numel() == 0
     finally:
@@ -77,30 +80,30 @@ def test_atens_avx2_kernels_are_followed_too():
         "import torch, warnings; warnings.simplefilter('error')\n"
         "from axiom_rl.models import activation_memory as am\n"
         "assert torch.backends.cpu.get_cpu_capability() == 'AVX2'\n"
-        "isa = am._fused_isa()\n"
+        "assert am._fused_available()\n"
         "x = torch.randn(49, 2 * 688) * 20\n"
         "silu = torch.nn.functional.silu\n"
         "assert torch.equal(torch.ops.axiom_rl.silu_mul_rows(x), silu(x[:, :688]) * x[:, 688:])\n"
-        "print(isa)\n"
+        "print(torch.ops.axiom_rl.silu_kernel())\n"
     )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-1] == "1"
+    assert done.stdout.split()[-1] == "8"  # the AVX2 kernels' lanes
 
 
 @needs_kernels
 def test_other_layouts_and_dtypes_take_atens_calls():
     gate, up = torch.randn(40, 30), torch.randn(40, 30)
-    assert activation_memory._fused(gate, up) == FUSED_ISA
-    assert activation_memory._fused(gate.t(), up.t()) == 0  # not contiguous
+    assert activation_memory._fused(gate, up)
+    assert not activation_memory._fused(gate.t(), up.t())  # not contiguous
     assert torch.equal(activation_memory.silu_times(gate.t(), up.t()), F.silu(gate.t()) * up.t())
-    assert activation_memory._fused(gate.double(), up.double()) == 0
-    assert activation_memory._fused(gate, up[:, :29].contiguous()) == 0
+    assert not activation_memory._fused(gate.double(), up.double())
+    assert not activation_memory._fused(gate, up[:, :29].contiguous())
     with pytest.raises(RuntimeError, match="contiguous float32"):
-        torch.ops.axiom_rl.silu_mul(gate.t(), up.t(), FUSED_ISA)
+        torch.ops.axiom_rl.silu_mul(gate.t(), up.t())
 
 
 @needs_kernels

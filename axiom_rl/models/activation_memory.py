@@ -33,35 +33,29 @@ from . import cpu_matmul
 # The fused kernels where they apply (False: ATen's calls, the same bits; the tests compare both,
 # and the step benchmark's aten-silu ablation).
 FUSED_KERNELS = True
-# torch.backends.cpu.get_cpu_capability() -> the kernels' `isa`: the vector width of ATen's own
-# silu kernels, whose chunks of vector pairs and scalar tails the fused kernels reproduce.
-_ISA = {"AVX512": 2, "AVX2": 1}
 
 # MLP classes whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x)) (transformers 5.x).
 GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
 
 
 @functools.cache
-def _fused_isa() -> int:
-    """The fused kernels' `isa` on this machine (2: AVX-512, 1: AVX2, as ATen's silu), or 0 where
-    ATen's calls run: another CPU capability, no C++ library, or kernels whose bits differ from
-    ATen's (with a warning, once)."""
-    isa = _ISA.get(torch.backends.cpu.get_cpu_capability(), 0)
-    if not isa:
-        return 0
+def _fused_available() -> bool:
+    """Whether the fused kernels run on this machine: False where ATen's calls run instead (no C++
+    library, no kernel for ATen's CPU capability, or kernels whose bits differ from ATen's, with a
+    warning, once). The library picks the kernel that follows ATen's silu (`silu_kernel`)."""
     from ..rollout import native
 
-    if native.op() is None or not hasattr(torch.ops.axiom_rl, "silu_mul"):
-        return 0
-    if differs := _differs_from_aten(isa):
+    if native.op() is None or not torch.ops.axiom_rl.silu_kernel():
+        return False
+    if differs := _differs_from_aten():
         warnings.warn(
             f"the fused SiLU kernels' {differs} differs from ATen's here; using ATen's calls", stacklevel=2
         )
-        return 0
-    return isa
+        return False
+    return True
 
 
-def _differs_from_aten(isa: int) -> str:
+def _differs_from_aten() -> str:
     """Where the fused kernels' bits differ from ATen's calls ("forward", "backward"), or "". At
     a size inside ATen's grain (one chunk) and above it (a chunk per thread), neither a whole number
     of vector pairs, with values wide enough for exp to under- and overflow."""
@@ -69,39 +63,42 @@ def _differs_from_aten(isa: int) -> str:
     for shape in ((3, 37), (3, 22_001)):
         gate, up, grad = (torch.randn(shape, generator=gen) * 30 for _ in range(3))
         silu = F.silu(gate)
-        if not torch.equal(torch.ops.axiom_rl.silu_mul(gate, up, isa), silu * up):
+        if not torch.equal(torch.ops.axiom_rl.silu_mul(gate, up), silu * up):
             return "forward"
-        grad_gate, grad_up, product = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, isa, True)
+        grad_gate, grad_up, product = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, True)
         expected = (torch.ops.aten.silu_backward(grad * up, gate), grad * silu, silu * up)
         if not all(map(torch.equal, (grad_gate, grad_up, product), expected)):
             return "backward"
     return ""
 
 
-def _fused(*tensors: torch.Tensor) -> int:
-    """The fused kernels' `isa` for these tensors, or 0 for ATen's calls."""
+def _fused(*tensors: torch.Tensor) -> bool:
+    """Whether the fused kernels compute for these tensors (else ATen's calls)."""
     first = tensors[0]
-    if not FUSED_KERNELS or not all(
-        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() and t.shape == first.shape
-        for t in tensors
-    ):
-        return 0
-    return _fused_isa()
+    return (
+        FUSED_KERNELS
+        and all(
+            t.device.type == "cpu"
+            and t.dtype == torch.float32
+            and t.is_contiguous()
+            and t.shape == first.shape
+            for t in tensors
+        )
+        and _fused_available()
+    )
 
 
 def silu_times(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up (no autograd)."""
-    isa = _fused(gate, up)
-    return torch.ops.axiom_rl.silu_mul(gate, up, isa) if isa else F.silu(gate) * up
+    return torch.ops.axiom_rl.silu_mul(gate, up) if _fused(gate, up) else F.silu(gate) * up
 
 
 def silu_times_backward(
     grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, with_product: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(grad_gate, grad_up, and where asked the product silu(gate) * up) for silu(gate) * up."""
-    isa = _fused(grad, gate, up)
-    if isa:
-        grad_gate, grad_up, product = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, isa, with_product)
+    if _fused(grad, gate, up):
+        grad_gate, grad_up, product = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, with_product)
         return grad_gate, grad_up, product if with_product else None
     silu = F.silu(gate)
     # autograd's order: mul's backward (grad * other), then silu's backward on the result

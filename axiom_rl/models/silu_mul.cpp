@@ -26,6 +26,17 @@
 #include <string>
 #include <tuple>
 
+namespace {
+// One instruction set's kernels over a chunk [begin, end) of the elements.
+using ForwardFn = void (*)(const float*, const float*, float*, int64_t, int64_t);
+using BackwardFn = void (*)(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t);
+struct Kernels {
+  ForwardFn forward;
+  BackwardFn backward;
+  int64_t lanes;
+};
+}  // namespace
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define AXIOM_SILU_KERNELS 1
 #include <immintrin.h>
@@ -134,6 +145,42 @@ __attribute__((target("avx2,fma"), flatten)) void backward_avx2(const float* gr,
   backward_chunk<Avx2>(gr, g, u, gg, gu, p, b, e);
 }
 
+}  // namespace
+#endif
+
+namespace {
+
+// The kernels that follow ATen's own silu here: its CPU capability (AVX-512 or AVX2, which
+// ATEN_CPU_CAPABILITY may lower) decides the vector width and the exp; nullptr for any other.
+const Kernels* kernels() {
+#ifdef AXIOM_SILU_KERNELS
+  static const Kernels avx512{forward_avx512, backward_avx512, 16}, avx2{forward_avx2, backward_avx2, 8};
+  static const Kernels* chosen = [] {
+    const std::string capability = at::get_cpu_capability();
+    if (capability == "AVX512" && __builtin_cpu_supports("avx512f")) return &avx512;
+    if (capability == "AVX2" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &avx2;
+    return static_cast<const Kernels*>(nullptr);
+  }();
+  return chosen;
+#else
+  return nullptr;
+#endif
+}
+
+// The lanes of the kernels that follow ATen's silu here (16 or 8), or 0 where none does.
+int64_t silu_kernel() { return kernels() ? kernels()->lanes : 0; }
+
+const Kernels& checked(const at::Tensor& gate, const at::Tensor& up, const at::Tensor* grad) {
+  TORCH_CHECK(kernels() != nullptr, "silu_mul: no kernel follows ATen's silu on this CPU");
+  for (const at::Tensor* t : {&gate, &up, grad}) {
+    if (t == nullptr) continue;
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
+                "silu_mul: contiguous float32 CPU tensors only");
+    TORCH_CHECK(t->sizes() == gate.sizes(), "silu_mul: the tensors' shapes differ");
+  }
+  return *kernels();
+}
+
 // TensorIterator::for_each's split of n elements: one chunk below its grain or with one thread,
 // else at::parallel_for's chunks with the same grain.
 template <typename F>
@@ -144,44 +191,28 @@ void over_aten_chunks(int64_t n, const F& f) {
     at::parallel_for(0, n, at::internal::GRAIN_SIZE, f);
 }
 
-// isa: 2 for ATen's AVX-512 kernels, 1 for its AVX2 ones.
-void check(const at::Tensor& gate, const at::Tensor& up, const at::Tensor* grad, int64_t isa) {
-  TORCH_CHECK(isa == 2 ? __builtin_cpu_supports("avx512f") : isa == 1 && __builtin_cpu_supports("avx2"),
-              "silu_mul: no kernel for isa ", isa, " on this CPU");
-  for (const at::Tensor* t : {&gate, &up, grad}) {
-    if (t == nullptr) continue;
-    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(),
-                "silu_mul: contiguous float32 CPU tensors only");
-    TORCH_CHECK(t->sizes() == gate.sizes(), "silu_mul: the tensors' shapes differ");
-  }
-}
-
-at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up, int64_t isa) {
-  check(gate, up, nullptr, isa);
+at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
+  const ForwardFn chunk = checked(gate, up, nullptr).forward;
   at::Tensor out = at::empty_like(gate);
   const float *g = gate.data_ptr<float>(), *u = up.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  const auto chunk = isa == 2 ? forward_avx512 : forward_avx2;
   over_aten_chunks(gate.numel(), [&](int64_t b, int64_t e) { chunk(g, u, o, b, e); });
   return out;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> silu_mul_backward(const at::Tensor& grad, const at::Tensor& gate,
-                                                                 const at::Tensor& up, int64_t isa,
-                                                                 bool with_product) {
-  check(gate, up, &grad, isa);
+                                                                 const at::Tensor& up, bool with_product) {
+  const BackwardFn chunk = checked(gate, up, &grad).backward;
   at::Tensor grad_gate = at::empty_like(gate), grad_up = at::empty_like(gate);
   at::Tensor product = with_product ? at::empty_like(gate) : at::empty({0}, gate.options());
   const float *gr = grad.data_ptr<float>(), *g = gate.data_ptr<float>(), *u = up.data_ptr<float>();
   float *gg = grad_gate.data_ptr<float>(), *gu = grad_up.data_ptr<float>();
   float* p = with_product ? product.data_ptr<float>() : nullptr;
-  const auto chunk = isa == 2 ? backward_avx512 : backward_avx2;
   over_aten_chunks(gate.numel(), [&](int64_t b, int64_t e) { chunk(gr, g, u, gg, gu, p, b, e); });
   return {grad_gate, grad_up, product};
 }
 
 }  // namespace
-#endif
 
 // For the decode step's own kernels (rollout/decode_step.cpp): out [rows, inner] = silu(gate) * up
 // for gate_up [rows, 2 inner] (the fused gate and up projections), with the bits of ATen's
@@ -190,12 +221,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> silu_mul_backward(const at::Tenso
 // grain); each row's piece of a chunk starts its own pairs of vectors. False, computing nothing,
 // where no kernel follows ATen's on this CPU.
 bool silu_mul_rows(const float* gate_up, int64_t rows, int64_t inner, float* out) {
-#ifdef AXIOM_SILU_KERNELS
-  static const std::string capability = at::get_cpu_capability();
-  const auto chunk = capability == "AVX512" && __builtin_cpu_supports("avx512f") ? forward_avx512
-                     : capability == "AVX2" && __builtin_cpu_supports("avx2") ? forward_avx2
-                                                                              : nullptr;
-  if (chunk == nullptr) return false;
+  if (kernels() == nullptr) return false;
+  const ForwardFn chunk = kernels()->forward;
   over_aten_chunks(rows * inner, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin / inner; row * inner < end; ++row) {
       const int64_t from = std::max(begin, row * inner) - row * inner;
@@ -206,10 +233,6 @@ bool silu_mul_rows(const float* gate_up, int64_t rows, int64_t inner, float* out
     }
   });
   return true;
-#else
-  (void)gate_up, (void)rows, (void)inner, (void)out;
-  return false;
-#endif
 }
 
 namespace {
@@ -227,12 +250,9 @@ at::Tensor silu_mul_rows_op(const at::Tensor& gate_up) {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(axiom_rl, m) {
+  m.def("silu_kernel() -> int", &silu_kernel);  // no tensor argument to dispatch on: one for all
+  m.def("silu_mul(Tensor gate, Tensor up) -> Tensor", &silu_mul);
+  m.def("silu_mul_backward(Tensor grad, Tensor gate, Tensor up, bool with_product) -> (Tensor, Tensor, Tensor)",
+        &silu_mul_backward);
   m.def("silu_mul_rows(Tensor gate_up) -> Tensor", &silu_mul_rows_op);
-#ifdef AXIOM_SILU_KERNELS
-  m.def("silu_mul(Tensor gate, Tensor up, int isa) -> Tensor", &silu_mul);
-  m.def(
-      "silu_mul_backward(Tensor grad, Tensor gate, Tensor up, int isa, bool with_product) -> (Tensor, Tensor, "
-      "Tensor)",
-      &silu_mul_backward);
-#endif
 }
