@@ -112,6 +112,10 @@ ABLATIONS = {
         "the training passes' SiLU and product in ATen's calls, not the fused kernels (CPU only)",
         {},
     ),
+    "sdpa-attention": (
+        "the training passes' attention in PyTorch's SDPA, not axiom-rl's kernel (CPU only)",
+        {},
+    ),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -125,6 +129,7 @@ ABLATION_DEVICE = {
     "aten-ops": "cpu",
     "onednn-linear": "cpu",
     "aten-silu": "cpu",
+    "sdpa-attention": "cpu",
 }
 
 
@@ -168,6 +173,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.models import activation_memory
 
         activation_memory.FUSED_KERNELS = False
+    elif ablation == "sdpa-attention":
+        from axiom_rl.models import attention
+
+        attention.KERNEL = False
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 

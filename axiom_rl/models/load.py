@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import torch
 
 from ..errors import UserError
-from . import cpu_matmul
+from . import attention, cpu_matmul
 from .activation_memory import lean_mlp_activations
 from .tiny import TINY_SIZES, build_tiny_model
 
@@ -387,8 +387,10 @@ def load_policy(
             p.requires_grad_(False)
         reference.to(dev)
     lean_mlp_activations(net)  # same numbers, one activation fewer per MLP layer at the peak
-    for network in (net, reference):  # oneDNN's matmuls on CPUs where MKL is slow (cpu_matmul.py)
+    for network in (net, reference):
         if network is not None:
-            cpu_matmul.route_linear_layers(network)
+            cpu_matmul.route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow
+            if dev.type == "cpu":
+                attention.use_for(network)  # the training passes' attention kernel (attention.py)
     net.to(dev)
     return Policy(net, tok, dev, torch_dtype, use_lora, reference)

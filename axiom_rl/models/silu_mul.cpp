@@ -37,48 +37,16 @@ struct Kernels {
 };
 }  // namespace
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define AXIOM_SILU_KERNELS 1
-#include <immintrin.h>
+#include "vector_ops.h"
 
-extern "C" {
-// ATen's Vectorized<float>::exp for AVX-512 and for AVX2 (ATen/cpu/vec/vec512, vec256).
-__attribute__((target("avx512f"))) __m512 Sleef_expf16_u10(__m512);
-__attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10(__m256);
-}
+#ifdef AXIOM_VECTOR_OPS
+#define AXIOM_SILU_KERNELS 1
 
 namespace {
-
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef float f32x8 __attribute__((vector_size(32)));
-
-// The instruction set's exp and multiply-add; the rest is GCC's vector arithmetic, which compiles
-// to the instruction set of the function the loops are flattened into (below).
-struct Avx512 {
-  using V = f32x16;
-  __attribute__((target("avx512f"))) static V exp(V x) { return (V)Sleef_expf16_u10((__m512)x); }
-  __attribute__((target("avx512f"))) static V fma(V a, V b, V c) {
-    return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-  }
-};
-struct Avx2 {
-  using V = f32x8;
-  __attribute__((target("avx2,fma"))) static V exp(V x) { return (V)Sleef_expf8_u10((__m256)x); }
-  __attribute__((target("avx2,fma"))) static V fma(V a, V b, V c) {
-    return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-  }
-};
-
-template <typename V>
-inline V load(const float* p) {
-  V v;
-  __builtin_memcpy(&v, p, sizeof(V));
-  return v;
-}
-template <typename V>
-inline void store(float* p, const V& v) {
-  __builtin_memcpy(p, &v, sizeof(V));
-}
+using axiom_vec::Avx2;
+using axiom_vec::Avx512;
+using axiom_vec::load;
+using axiom_vec::store;
 
 // Where ATen's vectorized loop stops in a chunk [begin, end): after whole pairs of vectors.
 template <typename I>

@@ -20,8 +20,9 @@ and the prefill call it too, so both steps still compute the same bits. Its sums
 float32 matmul's, in another order than oneDNN's: a seeded rollout samples other tokens than
 with oneDNN, and the same ones run after run, with any number of threads, on AVX2 and AVX-512.
 
-The library also holds the training passes' fused SiLU (models/silu_mul.cpp, used by
-models/activation_memory.py), so one build serves both.
+The library also holds the training passes' kernels: the fused SiLU (models/silu_mul.cpp, used by
+models/activation_memory.py) and attention (models/attention.cpp, used by models/attention.py),
+so one build serves all of them.
 
 It is built once per machine, Python and PyTorch version with torch.utils.cpp_extension (a C++
 compiler and ninja; 15-40 s on 2 cores), into TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions,
@@ -53,9 +54,11 @@ from ..errors import UserError, env_choice
 
 ENV = "AXIOM_RL_DECODE_STEP"
 CHOICES = ("native", "python")
-# One library for axiom-rl's C++ kernels: the decode step, and the training passes' fused SiLU
-# (models/silu_mul.cpp, which models/activation_memory.py loads through `op`).
-SOURCES = (Path(__file__).with_name("decode_step.cpp"), Path(__file__).parents[1] / "models" / "silu_mul.cpp")
+# One library for axiom-rl's C++ kernels: the decode step, and the training passes' fused SiLU and
+# attention (models/activation_memory.py and models/attention.py load them through `op`).
+_MODELS = Path(__file__).parents[1] / "models"
+SOURCES = (Path(__file__).with_name("decode_step.cpp"), _MODELS / "silu_mul.cpp", _MODELS / "attention.cpp")
+HEADERS = (_MODELS / "vector_ops.h",)  # copied beside the sources, which include it by name
 # The attention kernel's loops spread over PyTorch's own OpenMP threads (at::parallel_for), where
 # PyTorch runs on OpenMP: pip's Linux wheels carry a libgomp.so.1 that the library then shares.
 OPENMP = ("-fopenmp",) if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else ()
@@ -89,7 +92,7 @@ def build_directory() -> Path:
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
     digest = hashlib.sha256(
-        b"".join(s.read_bytes() for s in SOURCES) + " ".join(CFLAGS).encode()
+        b"".join(s.read_bytes() for s in SOURCES + HEADERS) + " ".join(CFLAGS).encode()
     ).hexdigest()[:12]
     return Path(root) / f"axiom_rl-{python}-torch{torch.__version__}" / f"decode_step-{digest}"
 
@@ -115,15 +118,15 @@ def _build() -> Callable[..., torch.Tensor]:
                 flush=True,
             )
         started = time.perf_counter()
-        copies = [where / source.name for source in SOURCES]
-        for source, copy in zip(SOURCES, copies):
+        for source in SOURCES + HEADERS:
+            copy = where / source.name
             if not copy.exists():  # the directory is named by the content: a copy there is this file
                 copying = where / f".{source.name}.{os.getpid()}"
                 shutil.copyfile(source, copying)
                 os.replace(copying, copy)
         load(
             "axiom_rl_decode_step",
-            sources=[str(copy) for copy in copies],
+            sources=[str(where / source.name) for source in SOURCES],
             extra_cflags=list(CFLAGS),
             extra_ldflags=list(OPENMP),
             build_directory=str(where),
