@@ -108,6 +108,28 @@ inline void dots(const float* const* x, const float* t, int64_t padded, int64_t 
   if (j < width) dots_block<I, R, 1>(x, t, padded, j, dim, scale, s);
 }
 
+// rows[r] = factor[r] * sum over j < count of w[r * padded + j] * m[j * stride, ...+ dim): for R
+// rows at once, so each loaded row of m serves R rows, their sums in registers.
+template <typename I, int VEC, int R>
+__attribute__((always_inline)) inline void weighted_rows(const float* w, int64_t padded, const float* m,
+                                                         int64_t stride, int64_t count, const float* factor,
+                                                         float* const* rows) {
+  using V = typename I::V;
+  V acc[R][VEC];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < VEC; ++c) acc[r][c] = V{};
+  for (int64_t j = 0; j < count; ++j) {
+    V row[VEC];
+    for (int c = 0; c < VEC; ++c) row[c] = load<V>(m + j * stride + c * I::lanes);
+    for (int r = 0; r < R; ++r) {
+      const V wj = I::splat(w[r * padded + j]);
+      for (int c = 0; c < VEC; ++c) acc[r][c] = I::fma(wj, row[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < VEC; ++c) store<V>(rows[r] + c * I::lanes, acc[r][c] * factor[r]);
+}
+
 // A tile: R query rows i0.. of head h in batch row b, their extents and the widest of them.
 template <int R>
 struct Tile {
@@ -180,23 +202,13 @@ __attribute__((always_inline)) inline void forward_tile(const Problem& p, const 
     sum[r] = I::sum(total);
     lse[(t.b * p.heads + t.h) * p.queries + t.i0 + r] = empty[r] ? minus_inf : m + std::log(sum[r]);
   }
-  V acc[R][VEC];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < VEC; ++c) acc[r][c] = V{};
-  for (int64_t j = 0; j < t.most; ++j) {
-    const float* vj = v + j * p.v_stride[2];
-    V value[VEC];
-    for (int c = 0; c < VEC; ++c) value[c] = load<V>(vj + c * L);
-    for (int r = 0; r < R; ++r) {
-      const V pj = I::splat(s[r * padded + j]);
-      for (int c = 0; c < VEC; ++c) acc[r][c] = I::fma(pj, value[c], acc[r][c]);
-    }
-  }
+  float inverse[R];
+  float* rows[R];
   for (int r = 0; r < R; ++r) {
-    float* o = out + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
-    const float inverse = empty[r] ? 0.0f : 1.0f / sum[r];
-    for (int c = 0; c < VEC; ++c) store<V>(o + c * L, acc[r][c] * inverse);
+    inverse[r] = empty[r] ? 0.0f : 1.0f / sum[r];
+    rows[r] = out + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
   }
+  weighted_rows<I, VEC, R>(s, padded, v, p.v_stride[2], t.most, inverse, rows);
 }
 
 // Backward over one tile: its rows of grad_q, and its terms of the task's grad_k and grad_v rows.
@@ -227,23 +239,14 @@ __attribute__((always_inline)) inline void backward_tile(const Problem& p, const
       store<V>(dsr + j, probability * (load<V>(dsr + j) - delta) * p.scale);
     }
   }
-  // grad_q = dS . K, the R rows' sums in registers.
-  V acc[R][VEC];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < VEC; ++c) acc[r][c] = V{};
-  for (int64_t j = 0; j < t.most; ++j) {
-    const float* kj = k + j * p.k_stride[2];
-    V key[VEC];
-    for (int c = 0; c < VEC; ++c) key[c] = load<V>(kj + c * L);
-    for (int r = 0; r < R; ++r) {
-      const V dsj = I::splat(ds[r * padded + j]);
-      for (int c = 0; c < VEC; ++c) acc[r][c] = I::fma(dsj, key[c], acc[r][c]);
-    }
-  }
+  // grad_q = dS . K
+  float one[R];
+  float* rows[R];
   for (int r = 0; r < R; ++r) {
-    float* gq = grad_q + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
-    for (int c = 0; c < VEC; ++c) store<V>(gq + c * L, acc[r][c]);
+    one[r] = 1.0f;
+    rows[r] = grad_q + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
   }
+  weighted_rows<I, VEC, R>(ds, padded, k, p.k_stride[2], t.most, one, rows);
   // grad_k += dS^T . Q and grad_v += P^T . dO, each row of them read and written once per tile.
   for (int64_t j = 0; j < t.most; ++j) {
     float* gkj = gk + j * p.dim;
