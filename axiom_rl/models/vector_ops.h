@@ -1,9 +1,34 @@
-// Vector types and the few instructions GCC's vector arithmetic does not spell, for the training
-// passes' kernels (silu_mul.cpp, attention.cpp). native.py compiles those files from copies in its
-// build directory, with this header copied beside them.
+// Vector types, unaligned loads and stores, and the few instructions GCC's vector arithmetic does
+// not spell, for axiom-rl's kernels (rollout/decode_step.cpp, silu_mul.cpp, attention.cpp).
+// native.py compiles those files from copies in its build directory, with this header copied
+// beside them.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AXIOM_VECTOR_TYPES 1
+
+namespace axiom_vec {
+
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef float f32x8 __attribute__((vector_size(32)));
+
+// Unaligned loads and stores (a row starts anywhere): memcpy, which compiles to one move, inlined
+// into the caller's instruction set.
+template <typename V>
+__attribute__((always_inline)) inline V load(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <typename V>
+__attribute__((always_inline)) inline void store(float* p, const V& v) {
+  __builtin_memcpy(p, &v, sizeof(V));
+}
+
+}  // namespace axiom_vec
+#endif
+
+#if defined(AXIOM_VECTOR_TYPES) && !defined(__clang__)
 #define AXIOM_VECTOR_OPS 1
 #include <immintrin.h>
 
@@ -15,9 +40,6 @@ __attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10(__m256);
 }
 
 namespace axiom_vec {
-
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef float f32x8 __attribute__((vector_size(32)));
 
 // One instruction set's exp and multiply-add; the rest is GCC's vector arithmetic, which compiles
 // to the instruction set of the function a kernel's loops are flattened into.
@@ -51,18 +73,6 @@ struct Avx2 {
     return most;
   }
 };
-
-// Unaligned loads and stores: memcpy, which compiles to one move.
-template <typename V>
-inline V load(const float* p) {
-  V v;
-  __builtin_memcpy(&v, p, sizeof(V));
-  return v;
-}
-template <typename V>
-inline void store(float* p, const V& v) {
-  __builtin_memcpy(p, &v, sizeof(V));
-}
 
 }  // namespace axiom_vec
 #endif

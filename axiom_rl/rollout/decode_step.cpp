@@ -29,6 +29,8 @@
 #include <optional>
 #include <vector>
 
+#include "vector_ops.h"  // copied beside this file by native.py
+
 // silu(gate) * up for the fused gate and up projections, with ATen's bits (models/silu_mul.cpp, built
 // into the same library); false where it has no kernel for this CPU.
 bool silu_mul_rows(const float* gate_up, int64_t rows, int64_t inner, float* out);
@@ -261,22 +263,12 @@ at::Tensor pack_panels(const at::Tensor& w) {
   return packed;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef AXIOM_VECTOR_TYPES
 #define AXIOM_PANELS 1
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef float f32x8 __attribute__((vector_size(32)));
-
-// Unaligned loads and stores (a row of y starts anywhere): memcpy, which compiles to one move.
-template <typename V>
-__attribute__((always_inline)) inline V load(const float* p) {
-  V v;
-  __builtin_memcpy(&v, p, sizeof(V));
-  return v;
-}
-template <typename V>
-__attribute__((always_inline)) inline void store(float* p, const V& v) {
-  __builtin_memcpy(p, &v, sizeof(V));
-}
+using axiom_vec::f32x16;
+using axiom_vec::f32x8;
+using axiom_vec::load;
+using axiom_vec::store;
 
 // R rows of y, one full panel: V is the vector type (16 or 8 lanes), H = 16 / lanes per panel.
 template <typename V, int R>
