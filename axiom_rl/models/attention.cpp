@@ -76,58 +76,54 @@ constexpr int rows_per_tile() {
   return VEC <= 4 ? 4 : VEC == 8 ? 2 : 1;
 }
 
-// NB vectors of keys from j on, for R rows: s[r * padded + j ...] = dot(x_r, t[:, j ...]) * scale.
-// Each loaded vector of t serves R rows, and the R x NB sums are independent chains of
-// multiply-adds, so that their latency overlaps.
-template <typename I, int R, int NB>
-__attribute__((always_inline)) inline void dots_block(const float* const* x, const float* t, int64_t padded,
-                                                      int64_t j, int64_t dim, float scale, float* s) {
+// out[r] = factor[r] * sum over i < count of a[r][i] * b[i * stride, ... + N vectors), for R rows:
+// each loaded vector of b serves R rows, and the R x N sums are independent chains of multiply-adds
+// (their latency overlaps) that stay in registers.
+template <typename I, int R, int N>
+__attribute__((always_inline)) inline void rows_times(const float* const* a, const float* b, int64_t stride,
+                                                      int64_t count, const float* factor, float* const* out) {
   using V = typename I::V;
-  V acc[R][NB];
+  V acc[R][N];
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NB; ++n) acc[r][n] = V{};
-  for (int64_t d = 0; d < dim; ++d) {
-    V column[NB];
-    for (int n = 0; n < NB; ++n) column[n] = load<V>(t + d * padded + j + n * I::lanes);
+    for (int n = 0; n < N; ++n) acc[r][n] = V{};
+  for (int64_t i = 0; i < count; ++i) {
+    V row[N];
+    for (int n = 0; n < N; ++n) row[n] = load<V>(b + i * stride + n * I::lanes);
     for (int r = 0; r < R; ++r) {
-      const V xd = I::splat(x[r][d]);
-      for (int n = 0; n < NB; ++n) acc[r][n] = I::fma(xd, column[n], acc[r][n]);
+      const V ai = I::splat(a[r][i]);
+      for (int n = 0; n < N; ++n) acc[r][n] = I::fma(ai, row[n], acc[r][n]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NB; ++n) store<V>(s + r * padded + j + n * I::lanes, acc[r][n] * scale);
+    for (int n = 0; n < N; ++n) store<V>(out[r] + n * I::lanes, acc[r][n] * factor[r]);
 }
 
 // s[r * padded + j] = dot(x_r, t[:, j]) * scale for R rows and j < width (a whole number of
-// vectors; t transposed, [dim, padded], zero past the task's keys).
+// vectors; t transposed, [dim, padded], zero past the task's keys), two vectors of keys at a time.
 template <typename I, int R>
 inline void dots(const float* const* x, const float* t, int64_t padded, int64_t width, int64_t dim, float scale,
                  float* s) {
-  int64_t j = 0;
-  for (; j + 2 * I::lanes <= width; j += 2 * I::lanes) dots_block<I, R, 2>(x, t, padded, j, dim, scale, s);
-  if (j < width) dots_block<I, R, 1>(x, t, padded, j, dim, scale, s);
+  float scales[R];
+  float* out[R];
+  for (int r = 0; r < R; ++r) scales[r] = scale;
+  for (int64_t j = 0; j < width; j += 2 * I::lanes) {
+    for (int r = 0; r < R; ++r) out[r] = s + r * padded + j;
+    if (j + 2 * I::lanes <= width)
+      rows_times<I, R, 2>(x, t + j, padded, dim, scales, out);
+    else
+      rows_times<I, R, 1>(x, t + j, padded, dim, scales, out);
+  }
 }
 
-// rows[r] = factor[r] * sum over j < count of w[r * padded + j] * m[j * stride, ...+ dim): for R
-// rows at once, so each loaded row of m serves R rows, their sums in registers.
+// rows[r] = factor[r] * sum over j < count of w[r * padded + j] * m[j * stride, ... + dim): the
+// tile's probabilities (or dS) against the task's values (or keys).
 template <typename I, int VEC, int R>
 __attribute__((always_inline)) inline void weighted_rows(const float* w, int64_t padded, const float* m,
                                                          int64_t stride, int64_t count, const float* factor,
                                                          float* const* rows) {
-  using V = typename I::V;
-  V acc[R][VEC];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < VEC; ++c) acc[r][c] = V{};
-  for (int64_t j = 0; j < count; ++j) {
-    V row[VEC];
-    for (int c = 0; c < VEC; ++c) row[c] = load<V>(m + j * stride + c * I::lanes);
-    for (int r = 0; r < R; ++r) {
-      const V wj = I::splat(w[r * padded + j]);
-      for (int c = 0; c < VEC; ++c) acc[r][c] = I::fma(wj, row[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < VEC; ++c) store<V>(rows[r] + c * I::lanes, acc[r][c] * factor[r]);
+  const float* a[R];
+  for (int r = 0; r < R; ++r) a[r] = w + r * padded;
+  rows_times<I, R, VEC>(a, m, stride, count, factor, rows);
 }
 
 // A tile: R query rows i0.. of head h in batch row b, their extents and the widest of them.
@@ -138,6 +134,17 @@ struct Tile {
   int64_t most;  // the largest extent
   const float* q[R];
 };
+
+// Where row r of the tile starts in a [B, S, H, D] tensor (out, grad_out, grad_q), and its place
+// in the log-sum-exps [B, H, S].
+template <int R>
+int64_t row_at(const Problem& p, const Tile<R>& t, int r) {
+  return ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
+}
+template <int R>
+int64_t lse_at(const Problem& p, const Tile<R>& t, int r) {
+  return (t.b * p.heads + t.h) * p.queries + t.i0 + r;
+}
 
 template <int R>
 Tile<R> tile(const Problem& p, int64_t b, int64_t h, int64_t i0) {
@@ -200,13 +207,13 @@ __attribute__((always_inline)) inline void forward_tile(const Problem& p, const 
       total += x;
     }
     sum[r] = I::sum(total);
-    lse[(t.b * p.heads + t.h) * p.queries + t.i0 + r] = empty[r] ? minus_inf : m + std::log(sum[r]);
+    lse[lse_at(p, t, r)] = empty[r] ? minus_inf : m + std::log(sum[r]);
   }
   float inverse[R];
   float* rows[R];
   for (int r = 0; r < R; ++r) {
     inverse[r] = empty[r] ? 0.0f : 1.0f / sum[r];
-    rows[r] = out + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
+    rows[r] = out + row_at(p, t, r);
   }
   weighted_rows<I, VEC, R>(s, padded, v, p.v_stride[2], t.most, inverse, rows);
 }
@@ -222,13 +229,13 @@ __attribute__((always_inline)) inline void backward_tile(const Problem& p, const
   const float minus_inf = -std::numeric_limits<float>::infinity();
   const int64_t width = tile_scores<I, R>(p, t, kt, padded, s);
   const float* go[R];
-  for (int r = 0; r < R; ++r) go[r] = grad_out + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
+  for (int r = 0; r < R; ++r) go[r] = grad_out + row_at(p, t, r);
   if (width > 0) dots<I, R>(go, vt, padded, width, p.dim, 1.0f, ds);  // dP = dO . V
   for (int r = 0; r < R; ++r) {
     float* sr = s + r * padded;
     float* dsr = ds + r * padded;
-    const float l = lse[(t.b * p.heads + t.h) * p.queries + t.i0 + r];
-    const float* o = out + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
+    const float l = lse[lse_at(p, t, r)];
+    const float* o = out + row_at(p, t, r);
     V dot{};
     for (int c = 0; c < VEC; ++c) dot = I::fma(load<V>(go[r] + c * L), load<V>(o + c * L), dot);
     const float delta = I::sum(dot);  // dO . O, which softmax's backward takes from every dP
@@ -244,7 +251,7 @@ __attribute__((always_inline)) inline void backward_tile(const Problem& p, const
   float* rows[R];
   for (int r = 0; r < R; ++r) {
     one[r] = 1.0f;
-    rows[r] = grad_q + ((t.b * p.queries + t.i0 + r) * p.heads + t.h) * p.dim;
+    rows[r] = grad_q + row_at(p, t, r);
   }
   weighted_rows<I, VEC, R>(ds, padded, k, p.k_stride[2], t.most, one, rows);
   // grad_k += dS^T . Q and grad_v += P^T . dO, each row of them read and written once per tile.
