@@ -31,10 +31,10 @@ NAME = "axiom_rl_cpu"
 
 @functools.cache
 def _library() -> bool:
-    """Whether the C++ library (built by rollout/native.py) loaded, with a kernel for this CPU."""
+    """Whether the C++ library that holds the kernel (built by rollout/native.py) loaded."""
     from ..rollout import native
 
-    return native.op() is not None and hasattr(torch.ops.axiom_rl, "attention_kernel")
+    return native.op() is not None
 
 
 @functools.cache
@@ -127,15 +127,12 @@ def attention_forward(
     [B, S, H, D], no weights), with SDPA's semantics for a missing mask."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if (
+    needs_sdpa = (
         kwargs.get("output_attentions")
         or kwargs.get("position_bias") is not None
         or kwargs.get("s_aux") is not None
-    ):
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
-        )
-    if not _takes(query, key, attention_mask, dropout):
+    )
+    if needs_sdpa or not _takes(query, key, attention_mask, dropout):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
