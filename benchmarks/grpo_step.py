@@ -116,6 +116,10 @@ ABLATIONS = {
         "the training passes' attention in PyTorch's SDPA, not axiom-rl's kernel (CPU only)",
         {},
     ),
+    "aten-norm": (
+        "the training passes' RMSNorm in transformers' ATen calls, not axiom-rl's kernel (CPU only)",
+        {},
+    ),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -130,6 +134,7 @@ ABLATION_DEVICE = {
     "onednn-linear": "cpu",
     "aten-silu": "cpu",
     "sdpa-attention": "cpu",
+    "aten-norm": "cpu",
 }
 
 
@@ -177,6 +182,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.models import attention
 
         attention.KERNEL = False
+    elif ablation == "aten-norm":
+        from axiom_rl.models import rms_norm
+
+        rms_norm.KERNEL = False
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import torch
 
 from ..errors import UserError
-from . import attention, cpu_matmul
+from . import attention, cpu_matmul, rms_norm
 from .activation_memory import lean_mlp_activations
 from .tiny import TINY_SIZES, build_tiny_model
 
@@ -386,9 +386,12 @@ def load_policy(
         for p in reference.parameters():
             p.requires_grad_(False)
         reference.to(dev)
-    lean_mlp_activations(net)  # same numbers, one activation fewer per MLP layer at the peak
     for network in (net, reference):
         if network is not None:
+            # the same numbers; in training one activation fewer per MLP layer at the peak, and
+            # silu(gate) * up in one pass (for the reference's forward too)
+            lean_mlp_activations(network)
+            rms_norm.fuse_rms_norms(network)  # one pass each way on a float32 CPU (rms_norm.py)
             cpu_matmul.route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow
             if dev.type == "cpu":
                 attention.use_for(network)  # the training passes' attention kernel (attention.py)
