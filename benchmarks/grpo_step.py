@@ -120,6 +120,10 @@ ABLATIONS = {
         "the training passes' RMSNorm in transformers' ATen calls, not axiom-rl's kernel (CPU only)",
         {},
     ),
+    "aten-rope": (
+        "the training passes' rotary embedding in transformers' ATen calls, not axiom-rl's kernel (CPU only)",
+        {},
+    ),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -135,6 +139,7 @@ ABLATION_DEVICE = {
     "aten-silu": "cpu",
     "sdpa-attention": "cpu",
     "aten-norm": "cpu",
+    "aten-rope": "cpu",
 }
 
 
@@ -186,6 +191,10 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.models import rms_norm
 
         rms_norm.KERNEL = False
+    elif ablation == "aten-rope":
+        from axiom_rl.models import rotary
+
+        rotary.KERNEL = False
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import torch
 
 from ..errors import UserError
-from . import attention, cpu_matmul, rms_norm
+from . import attention, cpu_matmul, rms_norm, rotary
 from .activation_memory import lean_mlp_activations
 from .tiny import TINY_SIZES, build_tiny_model
 
@@ -392,6 +392,7 @@ def load_policy(
             # silu(gate) * up in one pass (for the reference's forward too)
             lean_mlp_activations(network)
             rms_norm.fuse_rms_norms(network)  # one pass each way on a float32 CPU (rms_norm.py)
+            rotary.fuse_rotary(network)  # RoPE likewise, the same bits (rotary.py)
             cpu_matmul.route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow
             if dev.type == "cpu":
                 attention.use_for(network)  # the training passes' attention kernel (attention.py)

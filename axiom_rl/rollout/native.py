@@ -55,14 +55,15 @@ from ..errors import UserError, env_choice
 ENV = "AXIOM_RL_DECODE_STEP"
 CHOICES = ("native", "python")
 # One library for axiom-rl's C++ kernels: the decode step, and the training passes' fused SiLU,
-# attention and RMSNorm (models/activation_memory.py, attention.py and rms_norm.py load them
-# through `op`).
+# attention, RMSNorm and rotary embedding (models/activation_memory.py, attention.py, rms_norm.py
+# and rotary.py load them through `op`).
 _MODELS = Path(__file__).parents[1] / "models"
 SOURCES = (
     Path(__file__).with_name("decode_step.cpp"),
     _MODELS / "silu_mul.cpp",
     _MODELS / "attention.cpp",
     _MODELS / "rms_norm.cpp",
+    _MODELS / "rotary.cpp",
 )
 HEADERS = (_MODELS / "vector_ops.h",)  # copied beside the sources, which include it by name
 # The attention kernel's loops spread over PyTorch's own OpenMP threads (at::parallel_for), where
