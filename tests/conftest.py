@@ -115,3 +115,17 @@ def matmul_backend(request, monkeypatch):
     cpu_matmul.backend.cache_clear()
     yield request.param
     cpu_matmul.backend.cache_clear()  # the next test chooses again, from its own environment
+
+
+def logits_and_grads(nets, tokenizer) -> list[tuple]:
+    """For each model: its logits at the real (unpadded) positions of a small left-padded batch
+    and its parameters' gradients (by name) of a loss over them, for comparing twins that differ
+    in one kernel."""
+    batch = tokenizer(["12+7=", "a longer prompt: 3*4=", "x"], return_tensors="pt", padding=True)
+    mask = batch["attention_mask"].bool()
+    results = []
+    for net in nets:
+        logits = net(**batch).logits
+        logits[mask].logsumexp(-1).sum().backward()
+        results.append((logits.detach()[mask], {n: p.grad for n, p in net.named_parameters()}))
+    return results

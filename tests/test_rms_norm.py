@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from conftest import logits_and_grads
 
 from axiom_rl.models import rms_norm
 from axiom_rl.models.tiny import build_tiny_model
@@ -123,14 +124,7 @@ def test_a_tiny_qwen2s_norms_switch_and_train_as_before_to_float_rounding():
     layers = model.config.num_hidden_layers
     assert rms_norm.fuse_rms_norms(model) == 2 * layers + 1  # two a layer, and the final norm
     assert rms_norm.fuse_rms_norms(model) == 0  # already switched: left alone
-    batch = tokenizer(["12+7=", "a longer prompt: 3*4=", "x"], return_tensors="pt", padding=True)
-    results = []
-    for net in (model, twin):
-        logits = net(**batch).logits
-        mask = batch["attention_mask"].bool()
-        logits[mask].logsumexp(-1).sum().backward()
-        results.append((logits.detach()[mask], {n: p.grad for n, p in net.named_parameters()}))
-    (got, got_grads), (want, want_grads) = results
+    (got, got_grads), (want, want_grads) = logits_and_grads((model, twin), tokenizer)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for name, grad in want_grads.items():
         torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
@@ -156,7 +150,9 @@ def test_the_avx2_kernels_match_the_reference_too():
         "    t.test_values_and_gradients_match_a_float64_reference(shape)\n"
         "print('ok', torch.ops.axiom_rl.rms_norm_lanes())\n"
     )
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    # the tests' folder on the path too, for their `from conftest import`
+    path = os.pathsep.join(filter(None, [os.path.dirname(__file__), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "PYTHONPATH": path}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", "8"]

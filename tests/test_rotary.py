@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers.models.qwen2.modeling_qwen2 as modeling_qwen2
+from conftest import logits_and_grads
 
 from axiom_rl.models import rotary
 from axiom_rl.models.tiny import build_tiny_model
@@ -105,15 +106,10 @@ def test_a_tiny_qwen2_gives_the_same_bits_and_the_module_is_left_alone():
     assert rotary.fuse_rotary(model) == 0  # already switched: left alone
     assert modeling_qwen2.apply_rotary_pos_emb is ORIGINAL  # other models keep transformers' own
     assert "forward" not in vars(twin.model.layers[0].self_attn)
-    batch = tokenizer(["12+7=", "a longer prompt: 3*4=", "x"], return_tensors="pt", padding=True)
-    results = []
-    for net in (model, twin):
-        logits = net(**batch).logits
-        logits.logsumexp(-1).sum().backward()
-        results.append((logits.detach(), [p.grad for p in net.parameters()]))
-    (got, got_grads), (want, want_grads) = results
+    (got, got_grads), (want, want_grads) = logits_and_grads((model, twin), tokenizer)
     assert torch.equal(got, want)
-    assert all(map(torch.equal, got_grads, want_grads))
+    assert all(torch.equal(got_grads[name], grad) for name, grad in want_grads.items())
+    batch = tokenizer(["12+7=", "a longer prompt: 3*4=", "x"], return_tensors="pt", padding=True)
     generated = [
         net.generate(**batch, max_new_tokens=5, do_sample=False) for net in (model, twin)
     ]  # with a cache, one position a step

@@ -373,14 +373,7 @@ const Kernels* kernels() {
       {forward_avx2<1>, forward_avx2<2>, forward_avx2<4>, forward_avx2<8>, forward_avx2<16>},
       {backward_avx2<1>, backward_avx2<2>, backward_avx2<4>, backward_avx2<8>, backward_avx2<16>},
       8};
-  static const Kernels* chosen = [] {
-    const std::string capability = at::get_cpu_capability();
-    if (capability == "AVX512" && __builtin_cpu_supports("avx512f")) return &avx512;
-    if ((capability == "AVX512" || capability == "AVX2") && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma"))
-      return &avx2;
-    return static_cast<const Kernels*>(nullptr);
-  }();
+  static const Kernels* chosen = axiom_vec::for_capability(&avx512, &avx2);
   return chosen;
 #else
   return nullptr;

@@ -123,12 +123,7 @@ namespace {
 const Kernels* kernels() {
 #ifdef AXIOM_SILU_KERNELS
   static const Kernels avx512{forward_avx512, backward_avx512, 16}, avx2{forward_avx2, backward_avx2, 8};
-  static const Kernels* chosen = [] {
-    const std::string capability = at::get_cpu_capability();
-    if (capability == "AVX512" && __builtin_cpu_supports("avx512f")) return &avx512;
-    if (capability == "AVX2" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &avx2;
-    return static_cast<const Kernels*>(nullptr);
-  }();
+  static const Kernels* chosen = axiom_vec::for_capability(&avx512, &avx2, /*only_atens=*/true);
   return chosen;
 #else
   return nullptr;

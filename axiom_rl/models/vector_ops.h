@@ -32,6 +32,8 @@ __attribute__((always_inline)) inline void store(float* p, const V& v) {
 #define AXIOM_VECTOR_OPS 1
 #include <immintrin.h>
 
+#include <string>
+
 extern "C" {
 // ATen's Vectorized<float>::exp for AVX-512 and for AVX2 (ATen/cpu/vec/vec512, vec256): SLEEF's,
 // which libtorch exports.
@@ -73,6 +75,20 @@ struct Avx2 {
     return most;
   }
 };
+
+// Which of a kernel's instruction sets runs here, as a file's table of kernels for each: the one
+// of ATen's CPU capability (AVX-512 or AVX2; ATEN_CPU_CAPABILITY may lower it, as the tests do),
+// where this CPU has it, else nullptr. Kernels that follow ATen's own bits take AVX2 only where
+// ATen runs AVX2 (`only_atens`); the others run it too where ATen's capability is AVX-512 but the
+// CPU lacks avx512f. The caller includes ATen (at::get_cpu_capability).
+template <typename Kernels>
+const Kernels* for_capability(const Kernels* avx512, const Kernels* avx2, bool only_atens = false) {
+  const std::string capability = at::get_cpu_capability();
+  if (capability == "AVX512" && __builtin_cpu_supports("avx512f")) return avx512;
+  const bool avx2_wanted = capability == "AVX2" || (!only_atens && capability == "AVX512");
+  if (avx2_wanted && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2;
+  return nullptr;
+}
 
 }  // namespace axiom_vec
 #endif
