@@ -129,3 +129,17 @@ def logits_and_grads(nets, tokenizer) -> list[tuple]:
         logits[mask].logsumexp(-1).sum().backward()
         results.append((logits.detach()[mask], {n: p.grad for n, p in net.named_parameters()}))
     return results
+
+
+def under_avx2(code: str) -> list[str]:
+    """The words `code` prints, run in a fresh interpreter with ATen held to AVX2 (as on a CPU
+    without AVX-512: the kernels then run 8 lanes a vector), from the repository's root with the
+    tests' folder on the path too (for their `from conftest import`)."""
+    path = os.pathsep.join(filter(None, [os.path.dirname(__file__), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "PYTHONPATH": path}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()

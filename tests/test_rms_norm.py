@@ -4,13 +4,9 @@ and the norms of a real model switched to it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
-from conftest import logits_and_grads
+from conftest import logits_and_grads, under_avx2
 
 from axiom_rl.models import rms_norm
 from axiom_rl.models.tiny import build_tiny_model
@@ -150,9 +146,4 @@ def test_the_avx2_kernels_match_the_reference_too():
         "    t.test_values_and_gradients_match_a_float64_reference(shape)\n"
         "print('ok', torch.ops.axiom_rl.rms_norm_lanes())\n"
     )
-    # the tests' folder on the path too, for their `from conftest import`
-    path = os.pathsep.join(filter(None, [os.path.dirname(__file__), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "PYTHONPATH": path}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["ok", "8"]
+    assert under_avx2(code) == ["ok", "8"]
