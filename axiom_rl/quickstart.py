@@ -84,12 +84,31 @@ def sft_settings(cfg: QuickstartConfig) -> dict[str, Any]:
     }
 
 
+def code_fingerprint(package: Path = Path(__file__).parent) -> str:
+    """What decides an SFT run's numbers besides its settings: axiom-rl's own source (its C++
+    kernels included, whose sums set the bits), the versions of torch and transformers, and the
+    float32 matmul library on this CPU. A base SFT'd by other code is not reused, so a seed gives
+    the same figures as a fresh clone's."""
+    from importlib.metadata import version
+
+    from .models import cpu_matmul
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".cpp", ".h")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    digest.update(f"torch {version('torch')} transformers {version('transformers')}".encode())
+    digest.update(cpu_matmul.backend().encode())
+    return digest.hexdigest()[:12]
+
+
 def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any]) -> tuple[Path, bool, float]:
-    """The SFT'd base for these settings: (final_model dir, came from cache, seconds spent)."""
+    """The SFT'd base for these settings and this code: (final_model dir, came from cache, seconds
+    spent)."""
     from .train.sft import SFTConfig, sft
 
     settings = sft_settings(cfg)
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    keyed = {**settings, "code": code_fingerprint()}
+    key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
     home = Path(cfg.cache_dir) / f"sft-{key}"
     final = home / "final_model"
     if (final / "model.safetensors").exists() and (final / "axiom_rl.json").exists():

@@ -756,6 +756,23 @@ def test_quickstart_pipeline_end_to_end(tmp_path):
     assert "(cached)" in (tmp_path / "out.txt").read_text() and second != run
 
 
+def test_the_sft_cache_key_follows_the_code(tmp_path):
+    """A base SFT'd by other code is not reused: the key's fingerprint changes with any source file
+    of the package (kernels included), and with nothing else in it."""
+    from axiom_rl.quickstart import code_fingerprint
+
+    (tmp_path / "models").mkdir()
+    for name, text in (("train.py", "x = 1\n"), ("models/kernel.cpp", "int f();\n"), ("notes.txt", "a")):
+        (tmp_path / name).write_text(text)
+    first = code_fingerprint(tmp_path)
+    assert code_fingerprint(tmp_path) == first and len(first) == 12
+    (tmp_path / "notes.txt").write_text("b")  # not source: the same key
+    assert code_fingerprint(tmp_path) == first
+    (tmp_path / "models" / "kernel.cpp").write_text("int f(); // summed in another order\n")
+    assert code_fingerprint(tmp_path) != first
+    assert code_fingerprint() != code_fingerprint(tmp_path)  # the installed package's own
+
+
 def _summary(greedy: float, sampled: float, difficulty: int = 1) -> dict:
     return {
         "greedy": [{"difficulty": difficulty, "success_rate": greedy}],
