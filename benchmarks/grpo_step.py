@@ -147,15 +147,31 @@ def ablation_applies(name: str, device: str) -> bool:
     return ABLATION_DEVICE.get(name, device) == device
 
 
+# Ablations that turn off one of axiom-rl's kernels: (module, its switch), set to False.
+KERNEL_SWITCHES = {
+    "aten-ops": ("axiom_rl.rollout.native", "OWN_KERNELS"),
+    "onednn-linear": ("axiom_rl.rollout.native", "MATMUL_KERNEL"),
+    "aten-silu": ("axiom_rl.models.activation_memory", "FUSED_KERNELS"),
+    "sdpa-attention": ("axiom_rl.models.attention", "KERNEL"),
+    "aten-norm": ("axiom_rl.models.rms_norm", "KERNEL"),
+    "aten-rope": ("axiom_rl.models.rotary", "KERNEL"),
+}
+
+
 def switch_off(ablation: str | None) -> dict:
     """Patch the trainer for an ablation; returns its TrainConfig overrides."""
     if ablation is None:
         return {}
+    import importlib
+
     import torch
 
     from axiom_rl.train import grpo
 
-    if ablation == "default-malloc":
+    if ablation in KERNEL_SWITCHES:
+        module, switch = KERNEL_SWITCHES[ablation]
+        setattr(importlib.import_module(module), switch, False)
+    elif ablation == "default-malloc":
         grpo.keep_freed_memory = lambda: False
     elif ablation == "autograd-mlp":
         from axiom_rl.models import load
@@ -171,30 +187,6 @@ def switch_off(ablation: str | None) -> dict:
         from axiom_rl.rollout.fast import FastBackend
 
         FastBackend.decode = "python"
-    elif ablation == "aten-ops":
-        from axiom_rl.rollout import native
-
-        native.OWN_KERNELS = False
-    elif ablation == "onednn-linear":
-        from axiom_rl.rollout import native
-
-        native.MATMUL_KERNEL = False
-    elif ablation == "aten-silu":
-        from axiom_rl.models import activation_memory
-
-        activation_memory.FUSED_KERNELS = False
-    elif ablation == "sdpa-attention":
-        from axiom_rl.models import attention
-
-        attention.KERNEL = False
-    elif ablation == "aten-norm":
-        from axiom_rl.models import rms_norm
-
-        rms_norm.KERNEL = False
-    elif ablation == "aten-rope":
-        from axiom_rl.models import rotary
-
-        rotary.KERNEL = False
     elif ablation == "default-matmul":
         from axiom_rl.models import cpu_matmul
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from dataclasses import replace
@@ -110,3 +111,18 @@ def test_each_ablation_changes_what_it_names_on_its_device(grpo_step):
     finally:
         grpo.SHARE_PROMPT_PASSES = None
     assert switched == [False, True]
+
+
+def test_each_kernel_ablation_turns_off_a_switch_the_code_reads(grpo_step):
+    """A kernel ablation sets its module's switch to False (and names one that exists: a typo
+    would only add an attribute nothing reads)."""
+    for name, (module_name, switch) in grpo_step.KERNEL_SWITCHES.items():
+        assert name in grpo_step.ABLATIONS and grpo_step.ABLATION_DEVICE[name] == "cpu"
+        module = importlib.import_module(module_name)
+        before = getattr(module, switch)
+        assert before is True, name
+        try:
+            grpo_step.switch_off(name)
+            assert getattr(module, switch) is False
+        finally:
+            setattr(module, switch, before)
