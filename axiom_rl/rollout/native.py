@@ -21,8 +21,8 @@ float32 matmul's, in another order than oneDNN's: a seeded rollout samples other
 with oneDNN, and the same ones run after run, with any number of threads, on AVX2 and AVX-512.
 
 The library also holds the training passes' kernels: the fused SiLU (models/silu_mul.cpp, used by
-models/activation_memory.py) and attention (models/attention.cpp, used by models/attention.py),
-so one build serves all of them.
+models/activation_memory.py), attention, RMSNorm and rotary embedding (models/attention.cpp,
+rms_norm.cpp, rotary.cpp, each used by the .py of its name), so one build serves all of them.
 
 It is built once per machine, Python and PyTorch version with torch.utils.cpp_extension (a C++
 compiler and ninja; 15-40 s on 2 cores), into TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions,
