@@ -21,7 +21,6 @@ when first loaded, and where they are not available or differ, ATen's calls run.
 from __future__ import annotations
 
 import functools
-import types
 import warnings
 from typing import Any
 
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu_matmul
+from .forwards import give_forwards
 
 # The fused kernels where they apply (False: ATen's calls, the same bits; the tests compare both,
 # and the step benchmark's aten-silu ablation).
@@ -161,11 +161,13 @@ def _gated_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
 def lean_mlp_activations(model: Any) -> int:
     """Give every SiLU-gated MLP of `model` the leaner forward; returns how many it changed
     (0 for architectures it does not know, which train as before)."""
-    changed = 0
-    for module in model.modules():
-        if "forward" in vars(module):  # already wrapped (an accelerate hook, a user's patch): keep it
-            continue
-        if type(module).__name__ in GATED_MLPS and type(module.act_fn).__name__ in ("SiLUActivation", "SiLU"):
-            module.forward = types.MethodType(_gated_mlp_forward, module)
-            changed += 1
-    return changed
+
+    def forward_for(module: Any) -> Any:
+        known = type(module).__name__ in GATED_MLPS
+        return (
+            _gated_mlp_forward
+            if known and type(module.act_fn).__name__ in ("SiLUActivation", "SiLU")
+            else None
+        )
+
+    return give_forwards(model, forward_for)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import functools
 import platform
-import types
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import UserError, env_choice
+from .forwards import give_forwards
 
 ENV = "AXIOM_RL_CPU_MATMUL"
 CHOICES = ("onednn", "default")
@@ -133,9 +133,4 @@ def route_linear_layers(model: Any) -> int:
     oneDNN applies is checked per call, so a model moved to a GPU or cast to bf16 later runs F.linear."""
     if backend() != "onednn":
         return 0
-    changed = 0
-    for module in model.modules():
-        if type(module) is torch.nn.Linear and "forward" not in vars(module):
-            module.forward = types.MethodType(_linear_forward, module)
-            changed += 1
-    return changed
+    return give_forwards(model, lambda module: _linear_forward if type(module) is torch.nn.Linear else None)

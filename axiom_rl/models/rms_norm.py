@@ -18,10 +18,11 @@ run. `KERNEL = False` (the step benchmark's aten-norm ablation) sends every call
 from __future__ import annotations
 
 import functools
-import types
 from typing import Any
 
 import torch
+
+from .forwards import give_forwards
 
 # The kernel where it applies (False: transformers' arithmetic for every call).
 KERNEL = True
@@ -93,11 +94,11 @@ def _norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
 def fuse_rms_norms(model: Any) -> int:
     """Give every RMSNorm of a known class in `model` the kernel's forward; returns how many (0 for
     architectures it does not know, whose norms run as before)."""
-    changed = 0
-    for module in model.modules():
-        if "forward" in vars(module):  # already wrapped (an accelerate hook, a user's patch): keep it
-            continue
-        if type(module).__name__ in RMS_NORMS and hasattr(module, "variance_epsilon"):
-            module.forward = types.MethodType(_norm_forward, module)
-            changed += 1
-    return changed
+    return give_forwards(
+        model,
+        lambda module: (
+            _norm_forward
+            if type(module).__name__ in RMS_NORMS and hasattr(module, "variance_epsilon")
+            else None
+        ),
+    )

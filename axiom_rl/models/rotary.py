@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .forwards import give_forwards
+
 # The kernel where it applies (False: transformers' function for every call).
 KERNEL = True
 
@@ -150,11 +152,6 @@ def fuse_rotary(model: Any) -> int:
     (0 where the kernel is not built, or for architectures it does not know)."""
     if not _available():
         return 0
-    changed = 0
-    for module in model.modules():
-        if "forward" in vars(module):  # already wrapped (an accelerate hook, a user's patch): keep it
-            continue
-        if type(module).__name__ in ATTENTIONS and (forward := _forward_for(type(module))) is not None:
-            module.forward = types.MethodType(forward, module)
-            changed += 1
-    return changed
+    return give_forwards(
+        model, lambda module: _forward_for(type(module)) if type(module).__name__ in ATTENTIONS else None
+    )
