@@ -14,6 +14,7 @@ from conftest import logits_and_grads, under_avx2
 
 from axiom_rl.models import attention
 from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.rollout import native
 
 needs_kernel = pytest.mark.skipif(
     not attention.has_kernel(64), reason="no attention kernel here (no AVX2 or AVX-512, or no C++ library)"
@@ -210,7 +211,7 @@ def test_the_trainers_models_run_the_kernel_on_a_cpu():
     from axiom_rl.models.load import load_policy
 
     policy = load_policy("tiny", tiny_size="nano", finetune="full", dtype="fp32", device="cpu")
-    expected = attention.NAME if attention._library() else "sdpa"  # per call, SDPA where no kernel fits
+    expected = attention.NAME if native.available() else "sdpa"  # per call, SDPA where no kernel fits
     assert policy.model.config._attn_implementation == expected
     assert policy.reference.config._attn_implementation == expected
     x = torch.tensor([[5, 6, 7, 8]])
@@ -222,7 +223,7 @@ def test_the_avx2_kernels_match_the_reference_too():
     """With ATen held to AVX2 (as on a CPU without AVX-512) the kernel runs 8 lanes a vector."""
     code = (
         "import torch, tests.test_attention as t\n"
-        "assert torch.ops.axiom_rl.attention_lanes() == 8 if t.attention._library() else True\n"
+        "assert torch.ops.axiom_rl.attention_lanes() == 8 if t.native.available() else True\n"
         "for case in sorted(t.CASES):\n"
         "    t.test_outputs_and_gradients_match_a_float64_reference(case)\n"
         "print('ok', torch.ops.axiom_rl.attention_lanes())\n"

@@ -11,8 +11,9 @@ from conftest import logits_and_grads
 
 from axiom_rl.models import rotary
 from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.rollout import native
 
-needs_kernel = pytest.mark.skipif(not rotary._available(), reason="no C++ library here")
+needs_kernel = pytest.mark.skipif(not native.available(), reason="no C++ library here")
 ORIGINAL = modeling_qwen2.apply_rotary_pos_emb
 
 
@@ -128,7 +129,7 @@ class OtherAttention(torch.nn.Module):
 
 def test_a_class_whose_kernel_bits_differ_is_left_alone(monkeypatch):
     """The check before switching refuses a class whose function computes otherwise, with a warning."""
-    if rotary._available():
+    if native.available():
         with pytest.warns(UserWarning, match="differs"):
             assert rotary._forward_for(OtherAttention) is None
     monkeypatch.setattr(rotary, "ATTENTIONS", ("OtherAttention",))
@@ -141,4 +142,4 @@ def test_the_trainers_models_have_their_attention_switched():
     policy = load_policy("tiny", tiny_size="nano", finetune="full", dtype="fp32", device="cpu")
     for net in (policy.model, policy.reference):
         layers = [m for m in net.modules() if type(m).__name__ in rotary.ATTENTIONS]
-        assert layers and all(("forward" in vars(m)) == rotary._available() for m in layers)
+        assert layers and all(("forward" in vars(m)) == native.available() for m in layers)

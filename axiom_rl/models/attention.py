@@ -24,24 +24,18 @@ from typing import Any
 
 import torch
 
+from ..rollout import native
+
 # The kernel where it applies (False: transformers' SDPA for every call).
 KERNEL = True
 NAME = "axiom_rl_cpu"
 
 
 @functools.cache
-def _library() -> bool:
-    """Whether the C++ library that holds the kernel (built by rollout/native.py) loaded."""
-    from ..rollout import native
-
-    return native.op() is not None
-
-
-@functools.cache
 def has_kernel(head_dim: int) -> bool:
     """Whether the kernel runs attention with this head size here (16-256 with AVX-512, 8-128 with
     AVX2, in powers of two times the vector width)."""
-    return _library() and bool(torch.ops.axiom_rl.attention_kernel(head_dim))
+    return native.available() and bool(torch.ops.axiom_rl.attention_kernel(head_dim))
 
 
 class _Attention(torch.autograd.Function):
@@ -157,7 +151,7 @@ def use_for(model: Any) -> bool:
     """Switch a transformers model (or a peft model around one) that runs SDPA attention to this
     kernel's implementation; True when switched. The choice is not saved with the model."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) != "sdpa" or not _library():
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa" or not native.available():
         return False
     if not hasattr(model, "set_attn_implementation"):
         return False

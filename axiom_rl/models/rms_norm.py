@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..rollout import native
 from .forwards import give_forwards
 
 # The kernel where it applies (False: transformers' arithmetic for every call).
@@ -35,9 +36,7 @@ RMS_NORMS = ("Qwen2RMSNorm", "Qwen3RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
 @functools.cache
 def _available() -> bool:
     """Whether the kernel runs here: the C++ library built, and a kernel for ATen's CPU capability."""
-    from ..rollout import native
-
-    return native.op() is not None and torch.ops.axiom_rl.rms_norm_lanes() > 0
+    return native.available() and torch.ops.axiom_rl.rms_norm_lanes() > 0
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

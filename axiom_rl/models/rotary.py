@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..rollout import native
 from .forwards import give_forwards
 
 # The kernel where it applies (False: transformers' function for every call).
@@ -35,14 +36,6 @@ KERNEL = True
 # [batch, heads, positions, head size] and cos, sin [batch, positions, head size] (transformers 5.x).
 ATTENTIONS = ("Qwen2Attention", "Qwen3Attention", "LlamaAttention", "MistralAttention")
 NAME = "apply_rotary_pos_emb"
-
-
-@functools.cache
-def _available() -> bool:
-    """Whether the C++ library that holds the kernel (built by rollout/native.py) loaded."""
-    from ..rollout import native
-
-    return native.op() is not None
 
 
 class _Rotary(torch.autograd.Function):
@@ -79,7 +72,7 @@ def _applies(
         and cos.shape[0] in (1, q.shape[0])
         and q.shape[-1] % 2 == 0
         and not (cos.requires_grad or sin.requires_grad)
-        and _available()
+        and native.available()
     )
 
 
@@ -150,7 +143,7 @@ def _forward_for(cls: type) -> Callable[..., Any] | None:
 def fuse_rotary(model: Any) -> int:
     """Give every attention layer of a known class in `model` the kernel's RoPE; returns how many
     (0 where the kernel is not built, or for architectures it does not know)."""
-    if not _available():
+    if not native.available():
         return 0
     return give_forwards(
         model, lambda module: _forward_for(type(module)) if type(module).__name__ in ATTENTIONS else None

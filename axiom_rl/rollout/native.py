@@ -201,6 +201,13 @@ def op() -> Callable[..., torch.Tensor] | None:
 
 
 @functools.cache
+def available() -> bool:
+    """Whether the library is built and loaded here (`op` is not None), asked once: the training
+    passes' kernels ask it on every call."""
+    return op() is not None
+
+
+@functools.cache
 def _warn_once(why: str) -> None:
     warnings.warn(f"the C++ decode step {why}; decoding with the Python step", stacklevel=4)
 
