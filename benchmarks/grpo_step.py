@@ -125,6 +125,10 @@ ABLATIONS = {
         {},
     ),
     "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
+    "no-replay": (
+        "the policy's forward computes its linear layers, not replaying the rollout's outputs (CPU only)",
+        {},
+    ),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
 ABLATION_DEVICE = {
@@ -140,6 +144,7 @@ ABLATION_DEVICE = {
     "sdpa-attention": "cpu",
     "aten-norm": "cpu",
     "aten-rope": "cpu",
+    "no-replay": "cpu",
 }
 
 
@@ -155,6 +160,7 @@ KERNEL_SWITCHES = {
     "sdpa-attention": ("axiom_rl.models.attention", "KERNEL"),
     "aten-norm": ("axiom_rl.models.rms_norm", "KERNEL"),
     "aten-rope": ("axiom_rl.models.rotary", "KERNEL"),
+    "no-replay": ("axiom_rl.models.replay", "ENABLED"),
 }
 
 

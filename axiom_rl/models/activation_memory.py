@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import cpu_matmul
+from . import cpu_matmul, replay
 from .forwards import give_forwards
 
 # The fused kernels where they apply (False: ATen's calls, the same bits; the tests compare both,
@@ -151,10 +151,28 @@ def silu_mul_down(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor) ->
     return _SiluMulDown.apply(gate, up, weight)
 
 
+class _SiluMulDownReplayed(_SiluMulDown):
+    """_SiluMulDown whose value a rollout recorded (models/replay.py): the same backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, recorded: torch.Tensor
+    ) -> torch.Tensor:
+        ctx.save_for_backward(gate, up, weight)
+        return recorded.view_as(recorded) if recorded.is_contiguous() else recorded.contiguous()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return (*_SiluMulDown.backward(ctx, grad), None)
+
+
 def _gated_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     down = self.down_proj
     if type(down) is torch.nn.Linear and down.bias is None:
-        return silu_mul_down(self.gate_proj(x), self.up_proj(x), down.weight)
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if (recorded := replay.recorded_output(down)) is not None and recorded.shape[:-1] == gate.shape[:-1]:
+            return _SiluMulDownReplayed.apply(gate, up, down.weight, recorded)
+        return silu_mul_down(gate, up, down.weight)
     return down(silu_mul(self.gate_proj(x), self.up_proj(x)))
 
 

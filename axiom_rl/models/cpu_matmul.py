@@ -99,6 +99,17 @@ def weight_grad(grad_2d: torch.Tensor, input_2d: torch.Tensor) -> torch.Tensor:
     return grad_2d.t().mm(input_2d)
 
 
+def linear_grads(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, has_bias: bool, needed: tuple[bool, ...]
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """F.linear's backward: the gradients of its input, weight and bias, each where `needed`."""
+    grad_2d = grad.reshape(-1, grad.shape[-1])
+    grad_x = input_grad(grad, weight) if needed[0] else None
+    grad_w = weight_grad(grad_2d, x.reshape(-1, x.shape[-1])) if needed[1] else None
+    grad_b = grad_2d.sum(0) if has_bias and needed[2] else None
+    return grad_x, grad_w, grad_b
+
+
 class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -109,11 +120,7 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight = ctx.saved_tensors
-        grad_2d = grad.reshape(-1, grad.shape[-1])
-        grad_x = input_grad(grad, weight) if ctx.needs_input_grad[0] else None
-        grad_w = weight_grad(grad_2d, x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None
-        grad_b = grad_2d.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_x, grad_w, grad_b
+        return linear_grads(grad, x, weight, ctx.has_bias, ctx.needs_input_grad)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -26,6 +26,9 @@ class Rollout:
     texts: list[str]  # [B*G] decoded completions (what the verifier reads)
     finished: list[bool]  # [B*G] ended by EOS or a stop string (not by the length limit)
     truncated_prompts: int = 0  # prompts (of B) longer than max_prompt_length, cut on the left
+    # What the policy's linear layers computed for the fed-back tokens, where the backend was asked
+    # to record them (models/replay.LinearOutputs); the trainer's first pass replays them.
+    linear_outputs: Any = None
 
 
 class RolloutBackend(Protocol):

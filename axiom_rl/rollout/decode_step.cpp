@@ -31,6 +31,10 @@
 
 #include "vector_ops.h"  // copied beside this file by native.py
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>  // SSE's streaming stores, in every x86-64 CPU
+#endif
+
 // silu(gate) * up for the fused gate and up projections, with ATen's bits (models/silu_mul.cpp, built
 // into the same library); false where it has no kernel for this CPU.
 bool silu_mul_rows(const float* gate_up, int64_t rows, int64_t inner, float* out);
@@ -444,6 +448,67 @@ AXIOM_TARGETS void add_into(float* __restrict__ x, const float* __restrict__ y, 
   for (int64_t j = 0; j < size; ++j) x[j] += y[j];
 }
 
+// ------------------------------------------------------------------ recording the linear layers
+//
+// With a `record` (7 tensors a layer -- q, k, v, o, gate, up, down -- and the logits' last where
+// asked, each [N, S, width], float32), each step copies its linear layers' outputs (biases added,
+// before RoPE) into step `record_at` of them: the values the trainer's first pass over the same
+// tokens replays instead of computing them again (models/replay.py). A copy of a few thousand
+// values a layer; the step computes the same values with or without it.
+
+void check_record(at::TensorList record, int64_t layers, int64_t n, int64_t step) {
+  if (record.empty()) return;
+  TORCH_CHECK(static_cast<int64_t>(record.size()) == 7 * layers || static_cast<int64_t>(record.size()) == 7 * layers + 1,
+              "decode_step: a record of 7 tensors a layer, and the logits'");
+  for (const at::Tensor& t : record)
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.dim() == 3 && t.size(0) == n && t.stride(2) == 1 && step >= 0 &&
+                    step < t.size(1),
+                "decode_step: each record tensor float32 [rows, steps, width], rows of width contiguous, and "
+                "record_at a step in it");
+}
+
+// dst[0, n) = src[0, n), past the caches where the CPU can: a record is written once, far from
+// anything cached, and read only by the training pass. Ordinary stores first read each line they
+// write from memory; at the step benchmark's sizes (16 rows x 2,400 values a layer into 40 MB)
+// the copies took some 100 us of a 750 us step, 15 us this way.
+void stream_copy(float* dst, const float* src, int64_t n) {
+#if defined(__x86_64__)
+  int64_t j = 0;
+  for (; j < n && (reinterpret_cast<uintptr_t>(dst + j) & 15) != 0; ++j) dst[j] = src[j];
+  for (; j + 4 <= n; j += 4) _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+  for (; j < n; ++j) dst[j] = src[j];
+#else
+  std::copy_n(src, n, dst);
+#endif
+}
+
+// Streaming stores are weakly ordered: the step ends with this, so the record is complete before
+// anything reads it.
+void records_done(at::TensorList record) {
+#if defined(__x86_64__)
+  if (!record.empty()) _mm_sfence();
+#endif
+}
+
+// The first `width` values of each of the n rows of `src` (`stride` apart) into
+// record[index][row, step, :], which must be that wide.
+void keep(at::TensorList record, int64_t index, int64_t step, const float* src, int64_t stride, int64_t n,
+          int64_t width) {
+  if (record.empty() || index >= static_cast<int64_t>(record.size())) return;
+  const at::Tensor& dst = record[index];
+  TORCH_CHECK(dst.size(2) == width, "decode_step: record tensor ", index, " is ", dst.size(2), " wide, not ", width);
+  float* base = dst.data_ptr<float>() + step * dst.stride(1);
+  for (int64_t r = 0; r < n; ++r) stream_copy(base + r * dst.stride(0), src + r * stride, width);
+}
+
+// The same for columns [from, from + width) of an output of the ATen step ([N, 1, C] or [N, C]).
+void keep(at::TensorList record, int64_t index, int64_t step, const at::Tensor& out, int64_t from, int64_t width) {
+  if (record.empty() || index >= static_cast<int64_t>(record.size())) return;
+  const at::Tensor rows = out.reshape({out.size(0), -1}).contiguous();
+  TORCH_CHECK(from + width <= rows.size(1), "decode_step: recording past an output's width");
+  keep(record, index, step, rows.data_ptr<float>() + from, rows.size(1), rows.size(0), width);
+}
+
 // The decode step with its own kernels (`own_kernels`, for the head sizes kernel_for covers): the
 // computation of decode_step below, each layer's element-wise work in the loops above, its
 // attention in attend_pairs, and every intermediate a [rows, features] buffer of its own.
@@ -452,7 +517,7 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
                       const at::Tensor& sin_in, const at::Tensor& embed, const at::Tensor& norm,
                       const at::Tensor& lm_head, at::TensorList weights,
                       const c10::List<std::optional<at::Tensor>>& qkv_bias, int64_t h, int64_t kvh, int64_t hd,
-                      double eps, int64_t linear_kind) {
+                      double eps, int64_t linear_kind, at::TensorList record, int64_t record_at) {
   const int64_t n = ids.size(0), d = embed.size(1), end = start + 1, groups = h / kvh;
   const int64_t q_width = h * hd, kv_width = kvh * hd, qkv_width = q_width + 2 * kv_width;
   TORCH_CHECK(embed.is_contiguous() && embed.scalar_type() == at::kFloat, "decode_step: a float32 embedding");
@@ -483,6 +548,9 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     rms_rows(xp, w[0].contiguous().data_ptr<float>(), yp, n, d, feps);
     at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind).contiguous();  // [N, qkv_width]
     float* qkvp = qkv.data_ptr<float>();
+    keep(record, 7 * i, record_at, qkvp, qkv_width, n, q_width);
+    keep(record, 7 * i + 1, record_at, qkvp + q_width, qkv_width, n, kv_width);
+    keep(record, 7 * i + 2, record_at, qkvp + q_width + kv_width, qkv_width, n, kv_width);
     rotate_rows(qkvp, n, qkv_width, h + kvh, hd, position, cos.data_ptr<float>(),
                 sin.data_ptr<float>(), cos.stride(0));
     const at::Tensor layer_k = cache_k.select(0, i), layer_v = cache_v.select(0, i);
@@ -499,20 +567,27 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     attend(attend_args(qkvp, qkv_width, keys, values, mask, att.data_ptr<float>(), q_width, n, kvh, groups, scale),
            scores);
     const at::Tensor o = linear(att, w[2], no_bias, linear_kind).contiguous();
+    keep(record, 7 * i + 3, record_at, o.data_ptr<float>(), d, n, d);
     add_into(xp, o.data_ptr<float>(), n * d);
     rms_rows(xp, w[3].contiguous().data_ptr<float>(), yp, n, d, feps);
     const at::Tensor gate_up = linear(y, w[4], no_bias, linear_kind).contiguous();  // [N, 2 I]
     const int64_t inner = gate_up.size(1) / 2;
+    keep(record, 7 * i + 4, record_at, gate_up.data_ptr<float>(), 2 * inner, n, inner);
+    keep(record, 7 * i + 5, record_at, gate_up.data_ptr<float>() + inner, 2 * inner, n, inner);
     at::Tensor act = at::empty({n, inner}, gate_up.options());
     if (!silu_mul_rows(gate_up.data_ptr<float>(), n, inner, act.data_ptr<float>())) {
       act = at::silu(gate_up.slice(1, 0, inner));
       act.mul_(gate_up.slice(1, inner));
     }
     const at::Tensor down = linear(act, w[5], no_bias, linear_kind).contiguous();
+    keep(record, 7 * i + 6, record_at, down.data_ptr<float>(), d, n, d);
     add_into(xp, down.data_ptr<float>(), n * d);
   }
   rms_rows(xp, norm.contiguous().data_ptr<float>(), yp, n, d, feps);
-  return linear(y, lm_head, no_bias, linear_kind);  // [N, V]
+  const at::Tensor logits = linear(y, lm_head, no_bias, linear_kind);  // [N, V]
+  keep(record, 7 * static_cast<int64_t>(qkv_bias.size()), record_at, logits, 0, logits.size(-1));
+  records_done(record);
+  return logits;
 }
 
 at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token of each row
@@ -526,12 +601,15 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
                        at::TensorList weights,  // per layer: ln1, wqkv, wo, ln2, wgu, wdown
                        const c10::List<std::optional<at::Tensor>>& qkv_bias,  // per layer
                        int64_t h, int64_t kvh, int64_t hd, double eps, int64_t linear_kind,
-                       bool own_kernels) {
+                       bool own_kernels,
+                       at::TensorList record,  // empty, or what each linear layer computes (keep)
+                       int64_t record_at) {
   TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "decode_step takes one token per row");
   TORCH_CHECK(weights.size() == 6 * qkv_bias.size(), "decode_step: 6 weights per layer");
+  check_record(record, static_cast<int64_t>(qkv_bias.size()), ids.size(0), record_at);
   if (own_kernels && has_kernel(hd))
     return fused_step(ids, positions, cache_k, cache_v, start, mask, cos, sin, embed, norm, lm_head, weights,
-                      qkv_bias, h, kvh, hd, eps, linear_kind);
+                      qkv_bias, h, kvh, hd, eps, linear_kind, record, record_at);
   const int64_t n = ids.size(0), s = 1, end = start + s;
   const std::optional<at::Tensor> no_bias;
   const double scale = std::pow(static_cast<double>(hd), -0.5);  // Python's hd**-0.5
@@ -542,6 +620,9 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
     const at::Tensor* w = &weights[6 * i];
     at::Tensor y = rms(x, w[0], eps);
     const at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind);
+    keep(record, 7 * i, record_at, qkv, 0, h * hd);
+    keep(record, 7 * i + 1, record_at, qkv, h * hd, kvh * hd);
+    keep(record, 7 * i + 2, record_at, qkv, (h + kvh) * hd, kvh * hd);
     const auto qk_v = qkv.split_with_sizes({(h + kvh) * hd, kvh * hd}, -1);
     // q and k rotated together: x * cos + roll(x) * sin, sin's first half negated (_rotate).
     at::Tensor qk = qk_v[0].view({n, s, h + kvh, hd}).transpose(1, 2);
@@ -554,12 +635,22 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
     const at::Tensor q = qk.slice(1, 0, h).reshape({n, kvh, h / kvh, hd});
     const at::Tensor scores = at::matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(mask);
     const at::Tensor att = at::matmul(scores.softmax(-1), values).view({n, h, 1, hd});
-    x = at::add(x, linear(att.transpose(1, 2).reshape({n, s, h * hd}), w[2], no_bias, linear_kind));
+    const at::Tensor o = linear(att.transpose(1, 2).reshape({n, s, h * hd}), w[2], no_bias, linear_kind);
+    keep(record, 7 * i + 3, record_at, o, 0, o.size(-1));
+    x = at::add(x, o);
     y = rms(x, w[3], eps);
-    const auto gate_up = linear(y, w[4], no_bias, linear_kind).chunk(2, -1);
-    x = at::add(x, linear(at::mul(at::silu(gate_up[0]), gate_up[1]), w[5], no_bias, linear_kind));
+    const at::Tensor fused = linear(y, w[4], no_bias, linear_kind);
+    keep(record, 7 * i + 4, record_at, fused, 0, fused.size(-1) / 2);
+    keep(record, 7 * i + 5, record_at, fused, fused.size(-1) / 2, fused.size(-1) / 2);
+    const auto gate_up = fused.chunk(2, -1);
+    const at::Tensor down = linear(at::mul(at::silu(gate_up[0]), gate_up[1]), w[5], no_bias, linear_kind);
+    keep(record, 7 * i + 6, record_at, down, 0, down.size(-1));
+    x = at::add(x, down);
   }
-  return linear(rms(x.select(1, -1), norm, eps), lm_head, no_bias, linear_kind);  // [N, V]
+  const at::Tensor logits = linear(rms(x.select(1, -1), norm, eps), lm_head, no_bias, linear_kind);  // [N, V]
+  keep(record, 7 * static_cast<int64_t>(qkv_bias.size()), record_at, logits, 0, logits.size(-1));
+  records_done(record);
+  return logits;
 }
 
 }  // namespace
@@ -569,7 +660,8 @@ TORCH_LIBRARY(axiom_rl, m) {
   m.def(
       "decode_step(Tensor ids, Tensor positions, Tensor(a!) cache_k, Tensor(b!) cache_v, int start, "
       "Tensor mask, Tensor cos, Tensor sin, Tensor embed, Tensor norm, Tensor lm_head, Tensor[] weights, "
-      "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool own_kernels) -> Tensor");
+      "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool own_kernels, "
+      "Tensor(c!)[] record, int record_at) -> Tensor");
   m.def("pack_panels(Tensor w) -> Tensor");
   m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");
   m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all

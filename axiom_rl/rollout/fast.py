@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from ..models import cpu_matmul
+from ..models import cpu_matmul, replay
 from . import Rollout, decode_completion, encode_prompts, native, trim_completion
 
 T = TypeVar("T")
@@ -150,6 +150,10 @@ class _Weights:
                     att.k_norm.weight if hasattr(att, "k_norm") else None,
                 )
             )
+        self.vocab, self.intermediate = (
+            self.lm_head.shape[0],
+            self.layers[0].wgu.shape[0] // 2,
+        )  # before packing
         # Where float32 matmuls go through oneDNN on this CPU, their weights are laid out once per
         # rollout, not on every call: for the C++ step's own kernel where it runs, else for oneDNN.
         self.linear: Callable[..., torch.Tensor] = F.linear
@@ -389,6 +393,9 @@ class FastBackend:
 
     def __init__(self, min_new_tokens: int = 0) -> None:
         self.min_new_tokens = min_new_tokens  # > 0 forces length (benchmarks: identical work)
+        # Keep what the linear layers compute for each fed-back token (Rollout.linear_outputs),
+        # where the C++ step runs: the trainer sets it when its first pass can replay them.
+        self.record_linear_outputs = False
 
     @torch.inference_mode()
     def generate(
@@ -447,6 +454,7 @@ class FastBackend:
         # The eager token step: one C++ call where native.py has one for this model, else _forward.
         native_step = native.step_for(w) if static_step is None and self.decode != "python" else None
         eager_step = native_step or functools.partial(_forward, w)
+        record = self._record(w, n, max_new_tokens - 1) if native_step is not None else None
         steps = 0
         for t in range(max_new_tokens):
             if pad is not None and pad != eos:
@@ -470,10 +478,15 @@ class FastBackend:
                 logits = static_step(tokens, next_pos, p + t)
             else:
                 mask = allowed[:, : p + t + 1].view(n, 1, 1, p + t + 1)
-                logits = eager_step(
-                    tokens.unsqueeze(1), next_pos.unsqueeze(1), cache_k, cache_v, p + t, mask, cos, sin
-                )
+                args = (tokens.unsqueeze(1), next_pos.unsqueeze(1), cache_k, cache_v, p + t, mask, cos, sin)
+                if record is not None:
+                    logits = eager_step(*args, record=record.flat(), record_at=t)
+                    record.steps = t + 1
+                else:
+                    logits = eager_step(*args)
             next_pos = next_pos + 1
+        if record is not None:
+            record.fed = out[:, : record.steps].clone()
         sampled = out[:, :steps].tolist()
         rows_prompt, rows_completion, texts, finished = [], [], [], []
         for i, tokens in enumerate(sampled):
@@ -482,7 +495,15 @@ class FastBackend:
             rows_completion.append(kept)
             texts.append(decode_completion(tokenizer, kept))
             finished.append(stopped)
-        return Rollout(rows_prompt, rows_completion, texts, finished, truncated)
+        return Rollout(rows_prompt, rows_completion, texts, finished, truncated, record)
+
+    def _record(self, w: _Weights, rows: int, steps: int) -> replay.LinearOutputs | None:
+        if not (self.record_linear_outputs and replay.ENABLED):
+            return None
+        hidden, q, kv = w.embed.shape[1], w.heads * w.head_dim, w.kv_heads * w.head_dim
+        widths = replay.record_widths(q, kv, hidden, w.intermediate)
+        with torch.inference_mode(False):  # the training pass keeps some of them for backward
+            return replay.allocate(rows, steps, len(w.layers), widths, w.vocab, w.embed.device)
 
 
 class _StopCheck:

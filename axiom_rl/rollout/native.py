@@ -274,7 +274,8 @@ def _bind(
     kernel = OWN_KERNELS if own_kernels is None else own_kernels
     shape = (w.heads, w.kv_heads, w.head_dim, w.eps)
     fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, kind, kernel)
-    return lambda *args: built(*args, *fixed)
+    # `record`: models/replay.LinearOutputs.flat(), filled at step `record_at` (decode_step.cpp's keep)
+    return lambda *args, record=(), record_at=0: built(*args, *fixed, list(record), record_at)
 
 
 def _self_check(built: Callable[..., torch.Tensor]) -> str:

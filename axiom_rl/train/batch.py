@@ -8,6 +8,9 @@ from typing import Any
 
 import torch
 
+from ..models import replay
+from ..models.replay import LinearOutputs
+
 
 @dataclass
 class TokenBatch:
@@ -63,6 +66,7 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     share_prompts: bool = False,
+    recorded: LinearOutputs | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(completion token | prefix) [N, T] (float32), and the per-token entropy if asked.
 
@@ -71,9 +75,11 @@ def completion_logprobs(
 
     With `share_prompts`, neighbouring rows with the same prompt (a GRPO group) run it once:
     see `_shared_prompt_logits`. The log-probs agree with the plain pass to float rounding.
+    There, `recorded` (the rollout's linear outputs for these rows, from the same weights) stands
+    in for the completion pass's linear layers where it fits (models/replay.py).
     """
     t = batch.completion_length
-    logits = _shared_prompt_logits(model, batch) if share_prompts else None
+    logits = _shared_prompt_logits(model, batch, recorded) if share_prompts else None
     if logits is None:
         out = model(
             input_ids=batch.input_ids,
@@ -117,7 +123,9 @@ def drops_out(model: Any) -> bool:
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
-def _shared_prompt_logits(model: Any, batch: TokenBatch) -> torch.Tensor | None:
+def _shared_prompt_logits(
+    model: Any, batch: TokenBatch, recorded: LinearOutputs | None = None
+) -> torch.Tensor | None:
     """Logits [N, T, V] predicting the completion tokens, each distinct prompt run once.
 
     The prompts go through the model alone (one row per run of equal prompts), keeping their
@@ -155,12 +163,18 @@ def _shared_prompt_logits(model: Any, batch: TokenBatch) -> torch.Tensor | None:
     if t == 1:
         return first_logits
     cache.batch_select_indices(run_of_row)
-    out = model(
-        input_ids=batch.input_ids[:, p:-1],
-        attention_mask=batch.attention_mask[:, :-1],
-        position_ids=batch.position_ids[:, p:-1],
-        past_key_values=cache,
-        logits_to_keep=t - 1,
-        use_cache=True,
+    replayed = (
+        replay.replay_map(prompt_model, recorded, batch.completion_ids, batch.completion_mask)
+        if recorded
+        else {}
     )
+    with replay.replaying(replayed):
+        out = model(
+            input_ids=batch.input_ids[:, p:-1],
+            attention_mask=batch.attention_mask[:, :-1],
+            position_ids=batch.position_ids[:, p:-1],
+            past_key_values=cache,
+            logits_to_keep=t - 1,
+            use_cache=True,
+        )
     return torch.cat([first_logits, out.logits], dim=1)

@@ -37,11 +37,13 @@ import torch
 from ..algorithms import ADVANTAGES, KalmanBaseline, compute_advantages, policy_loss
 from ..config import TrainConfig, save_config
 from ..io import hold_run_dir
+from ..models import replay
 from ..models.load import (
     Policy,
     load_policy,
     resolve_device,
 )
+from ..models.replay import LinearOutputs
 from ..rewards import compute_reward
 from ..rollout import Rollout, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
@@ -183,6 +185,7 @@ def refill_flat_groups(
                 scored.verdicts[dst] = fresh.verdicts[src]
                 scored.rewards[dst] = fresh.rewards[src]
                 scored.components[dst] = fresh.components[src]
+        scored.rollout.linear_outputs = None  # its rows no longer match the record's
         scored.time_rollout += fresh.time_rollout
         scored.time_reward += fresh.time_reward
         refilled += len(flat)
@@ -235,8 +238,12 @@ def optimizer_step(
     cfg: TrainConfig,
     parallel: Parallel,
     scale: LossScale | None = None,
+    recorded: LinearOutputs | None = None,
 ) -> dict[str, float]:
     """One optimizer step over the whole rollout batch, in gradient-accumulation micro-batches.
+
+    `recorded`: the rollout's linear outputs for this batch, from the weights this step starts
+    with, replayed in the forward where they fit (models/replay.py).
 
     A non-finite loss still goes through backward (every rank must take part in the gradient
     all-reduce); the non-finite gradient norm that results makes every rank skip the step alike.
@@ -256,7 +263,12 @@ def optimizer_step(
         with parallel.no_sync(train_model, skip=index < len(parts) - 1):
             t0 = time.perf_counter()
             logprobs, entropy = completion_logprobs(
-                train_model, part, cfg.temperature, with_entropy=True, share_prompts=share_prompt_passes(part)
+                train_model,
+                part,
+                cfg.temperature,
+                with_entropy=True,
+                share_prompts=share_prompt_passes(part),
+                recorded=None if recorded is None else recorded.rows(rows),
             )
             loss, metrics = policy_loss(
                 logprobs,
@@ -362,6 +374,8 @@ def _train(
     )
     train_model = parallel.wrap(policy.model)
     backend = get_backend(cfg.rollout_backend, policy.model, cfg.min_completion_length)
+    if hasattr(backend, "record_linear_outputs"):  # for the first update's pass (models/replay.py)
+        backend.record_linear_outputs = replay.replayable(policy.model) and not cfg.gradient_checkpointing
     optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(cfg, optimizer)
     stream = (
@@ -510,9 +524,22 @@ def _train(
                 if step >= cfg.steps:
                     break
                 start = time.perf_counter()
+                # The rollout's linear outputs serve the first update only: it changes the weights.
+                recorded, scored.rollout.linear_outputs = scored.rollout.linear_outputs, None
                 update = optimizer_step(
-                    policy, train_model, optimizer, batch, advantages, old, ref, cfg, parallel, scale
+                    policy,
+                    train_model,
+                    optimizer,
+                    batch,
+                    advantages,
+                    old,
+                    ref,
+                    cfg,
+                    parallel,
+                    scale,
+                    recorded,
                 )
+                del recorded
                 time_update = time.perf_counter() - start + time_ref
                 time_ref = 0.0
                 step += 1

@@ -1,0 +1,155 @@
+"""The rollout's recorded linear outputs (models/replay.py): the C++ decode step records what each
+linear layer of the training model computes for the fed-back tokens; the first training pass that
+replays them gives the plain pass's log-probs and gradients to float32 rounding; a record that does
+not fit a batch is not replayed; the trainer records and replays in its first update only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_native_decode import needs_compiler, own_kernels  # noqa: F401 (a fixture)
+
+from axiom_rl.config import TrainConfig
+from axiom_rl.models import replay
+from axiom_rl.models.load import load_policy
+from axiom_rl.rollout import native
+from axiom_rl.rollout.fast import FastBackend
+from axiom_rl.train import grpo
+from axiom_rl.train.batch import build_batch, completion_logprobs
+
+PROMPTS = ["def add(a, b):", "Count: 3 4 7 -> ", "x"]
+
+
+def recorded_rollout(policy, new_tokens=24, stop_strings=()):
+    backend = FastBackend()
+    backend.record_linear_outputs = True
+    torch.manual_seed(0)
+    rollout = backend.generate(
+        policy.model, policy.tokenizer, PROMPTS, 4, new_tokens, 1.0, 1.0, list(stop_strings), 64
+    )
+    batch = build_batch(rollout.prompt_ids, rollout.completion_ids, policy.tokenizer.pad_token_id, policy.device)
+    return rollout, batch
+
+
+def pass_with(policy, batch, recorded):
+    """Log-probs [N, T] and parameter gradients of the training pass, replaying `recorded` or not."""
+    model = policy.model
+    model.train()
+    model.zero_grad(set_to_none=True)
+    logprobs, _ = completion_logprobs(model, batch, 0.7, share_prompts=True, recorded=recorded)
+    (logprobs * batch.completion_mask).sum().backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return logprobs.detach(), grads
+
+
+@needs_compiler
+def test_the_decode_step_records_what_each_linear_layer_of_the_training_pass_computes(own_kernels):  # noqa: F811
+    policy = load_policy("tiny", need_reference=False, seed=1)
+    assert native.op() is not None
+    rollout, batch = recorded_rollout(policy)
+    record = rollout.linear_outputs
+    length = batch.completion_length - 1
+    assert record is not None and record.steps >= length
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        module.register_forward_hook(lambda m, args, out, name=name: seen.__setitem__(name, out.detach()))
+        for name, module in policy.model.named_modules()
+        if isinstance(module, torch.nn.Linear) or name.endswith(".mlp")  # the lean MLP multiplies by down itself
+    ]
+    try:
+        with torch.no_grad():
+            pass_with_no_grad = completion_logprobs(policy.model.eval(), batch, 1.0, share_prompts=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert pass_with_no_grad[0].isfinite().all()
+    real = batch.completion_mask[:, :length] > 0
+    layers = policy.model.model.layers
+    for i, records in enumerate(record.layers):
+        for (part, name), recorded in zip(replay.PROJECTIONS, records):
+            # the completion pass ran last, so the hook holds its output, [N, T - 1, width]
+            computed = seen[f"model.layers.{i}.mlp" if name == "down_proj" else f"model.layers.{i}.{part}.{name}"]
+            assert computed.shape == recorded[:, :length].shape, (i, name)
+            torch.testing.assert_close(recorded[:, :length][real], computed[real], rtol=1e-4, atol=1e-5)
+        assert layers[i].self_attn.q_proj.bias is not None  # Qwen2: the record holds q, k, v with biases
+    torch.testing.assert_close(record.logits[:, :length][real], seen["lm_head"][real], rtol=1e-4, atol=1e-5)
+
+
+@needs_compiler
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_a_replayed_pass_gives_the_plain_pass_s_log_probs_and_gradients(finetune):
+    """LoRA on q and v only: those layers compute as usual, the others replay."""
+    policy = load_policy(
+        "tiny", need_reference=False, seed=2, finetune=finetune, lora_target_modules="q_proj,v_proj"
+    )
+    rollout, batch = recorded_rollout(policy, stop_strings=["\n"])
+    record = rollout.linear_outputs
+    replayed = replay.replay_map(policy.model, record, batch.completion_ids, batch.completion_mask)
+    layers = len(record.layers)
+    assert len(replayed) == (7 * layers + 1 if finetune == "full" else 5 * layers + 1)
+    plain_logprobs, plain_grads = pass_with(policy, batch, None)
+    logprobs, grads = pass_with(policy, batch, record)
+    real = batch.completion_mask > 0
+    torch.testing.assert_close(logprobs[real], plain_logprobs[real], rtol=0, atol=1e-5)
+    assert grads.keys() == plain_grads.keys() and grads
+    for name, grad in grads.items():  # each parameter's gradient, to float32 rounding of its size
+        assert (grad - plain_grads[name]).norm() <= 1e-5 * plain_grads[name].norm(), name
+    # and the modules' own forwards are back afterwards
+    assert all("forward" not in vars(m) or m.forward.__name__ != "partial" for m in policy.model.modules())
+    assert not replay._replaying
+
+
+@needs_compiler
+def test_a_record_that_does_not_fit_the_batch_is_not_replayed():
+    policy = load_policy("tiny", need_reference=False, seed=3)
+    rollout, batch = recorded_rollout(policy, new_tokens=12)
+    record = rollout.linear_outputs
+    ids, mask = batch.completion_ids.clone(), batch.completion_mask
+    assert replay.replay_map(policy.model, record, ids, mask)
+    ids[0, 3] = (ids[0, 3] + 1) % 50  # a token the rollout did not feed, at a real position
+    assert replay.replay_map(policy.model, record, ids, mask) == {}
+    longer = torch.cat([batch.completion_ids, batch.completion_ids[:, :2]], dim=1)  # more than recorded
+    assert replay.replay_map(policy.model, record, longer, torch.ones_like(longer, dtype=torch.float32)) == {}
+    assert replay.replay_map(policy.model, record.rows(slice(0, 4)), batch.completion_ids, mask) == {}
+
+
+def test_a_record_too_large_drops_the_logits_first_then_everything(monkeypatch):
+    widths = replay.record_widths(64, 32, 64, 128)
+    per_row_step = 4 * 2 * sum(widths)  # two layers
+    monkeypatch.setattr(replay, "MAX_BYTES", 3 * 5 * (per_row_step + 4 * 100))
+    assert replay.allocate(3, 5, 2, widths, 100, torch.device("cpu")).logits is not None
+    monkeypatch.setattr(replay, "MAX_BYTES", 3 * 5 * per_row_step)
+    without = replay.allocate(3, 5, 2, widths, 100, torch.device("cpu"))
+    assert without.logits is None and [t.shape[-1] for t in without.layers[1]] == widths
+    monkeypatch.setattr(replay, "MAX_BYTES", 3 * 5 * per_row_step - 1)
+    assert replay.allocate(3, 5, 2, widths, 100, torch.device("cpu")) is None
+
+
+def test_a_replayed_layer_refuses_a_record_of_another_shape():
+    linear = torch.nn.Linear(4, 3)
+    with replay.replaying({linear: torch.zeros(2, 5, 3)}), pytest.raises(RuntimeError, match="recorded output"):
+        linear(torch.zeros(2, 4, 4))
+    assert "forward" not in vars(linear)  # restored even so
+    assert linear(torch.zeros(2, 4)).shape == (2, 3)
+
+
+@needs_compiler
+def test_the_trainer_replays_the_rollout_in_its_first_update_only(tmp_path, monkeypatch):
+    replayed_sizes = []
+    real_replaying = replay.replaying
+
+    def counting(outputs):
+        replayed_sizes.append(len(outputs))
+        return real_replaying(outputs)
+
+    monkeypatch.setattr(replay, "replaying", counting)
+    cfg = TrainConfig(
+        model="tiny", tiny_size="nano", steps=2, prompts_per_step=2, num_generations=2, max_completion_length=8,
+        num_iterations=2, output_dir=str(tmp_path / "run"), seed=0,
+    )  # fmt: skip
+    result = grpo.train(cfg, say=lambda _: None)
+    assert result.steps == 2
+    # One rollout, then the reference's and the old policy's passes (nothing to replay) and two
+    # updates: the first replays every layer and the head, the second computes them.
+    layers = load_policy("tiny", tiny_size="nano", need_reference=False).model.config.num_hidden_layers
+    assert replayed_sizes == [0, 0, 7 * layers + 1, 0]
