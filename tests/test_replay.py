@@ -27,7 +27,9 @@ def recorded_rollout(policy, new_tokens=24, stop_strings=()):
     rollout = backend.generate(
         policy.model, policy.tokenizer, PROMPTS, 4, new_tokens, 1.0, 1.0, list(stop_strings), 64
     )
-    batch = build_batch(rollout.prompt_ids, rollout.completion_ids, policy.tokenizer.pad_token_id, policy.device)
+    batch = build_batch(
+        rollout.prompt_ids, rollout.completion_ids, policy.tokenizer.pad_token_id, policy.device
+    )
     return rollout, batch
 
 
@@ -54,7 +56,8 @@ def test_the_decode_step_records_what_each_linear_layer_of_the_training_pass_com
     hooks = [
         module.register_forward_hook(lambda m, args, out, name=name: seen.__setitem__(name, out.detach()))
         for name, module in policy.model.named_modules()
-        if isinstance(module, torch.nn.Linear) or name.endswith(".mlp")  # the lean MLP multiplies by down itself
+        if isinstance(module, torch.nn.Linear)
+        or name.endswith(".mlp")  # the lean MLP multiplies by down itself
     ]
     try:
         with torch.no_grad():
@@ -68,7 +71,9 @@ def test_the_decode_step_records_what_each_linear_layer_of_the_training_pass_com
     for i, records in enumerate(record.layers):
         for (part, name), recorded in zip(replay.PROJECTIONS, records):
             # the completion pass ran last, so the hook holds its output, [N, T - 1, width]
-            computed = seen[f"model.layers.{i}.mlp" if name == "down_proj" else f"model.layers.{i}.{part}.{name}"]
+            computed = seen[
+                f"model.layers.{i}.mlp" if name == "down_proj" else f"model.layers.{i}.{part}.{name}"
+            ]
             assert computed.shape == recorded[:, :length].shape, (i, name)
             torch.testing.assert_close(recorded[:, :length][real], computed[real], rtol=1e-4, atol=1e-5)
         assert layers[i].self_attn.q_proj.bias is not None  # Qwen2: the record holds q, k, v with biases
@@ -127,7 +132,10 @@ def test_a_record_too_large_drops_the_logits_first_then_everything(monkeypatch):
 
 def test_a_replayed_layer_refuses_a_record_of_another_shape():
     linear = torch.nn.Linear(4, 3)
-    with replay.replaying({linear: torch.zeros(2, 5, 3)}), pytest.raises(RuntimeError, match="recorded output"):
+    with (
+        replay.replaying({linear: torch.zeros(2, 5, 3)}),
+        pytest.raises(RuntimeError, match="recorded output"),
+    ):
         linear(torch.zeros(2, 4, 4))
     assert "forward" not in vars(linear)  # restored even so
     assert linear(torch.zeros(2, 4)).shape == (2, 3)
