@@ -142,7 +142,8 @@ def test_a_replayed_layer_refuses_a_record_of_another_shape():
 
 
 @needs_compiler
-def test_the_trainer_replays_the_rollout_in_its_first_update_only(tmp_path, monkeypatch):
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_the_trainer_replays_the_rollout_in_its_first_update_only(tmp_path, monkeypatch, micro_batches):
     replayed_sizes = []
     real_replaying = replay.replaying
 
@@ -153,11 +154,38 @@ def test_the_trainer_replays_the_rollout_in_its_first_update_only(tmp_path, monk
     monkeypatch.setattr(replay, "replaying", counting)
     cfg = TrainConfig(
         model="tiny", tiny_size="nano", steps=2, prompts_per_step=2, num_generations=2, max_completion_length=8,
-        num_iterations=2, output_dir=str(tmp_path / "run"), seed=0,
+        num_iterations=2, gradient_accumulation_steps=micro_batches, output_dir=str(tmp_path / "run"), seed=0,
     )  # fmt: skip
     result = grpo.train(cfg, say=lambda _: None)
     assert result.steps == 2
     # One rollout, then the reference's and the old policy's passes (nothing to replay) and two
-    # updates: the first replays every layer and the head, the second computes them.
+    # updates, each pass a call per micro-batch: the first update replays every layer and the
+    # head, each micro-batch its own rows, the second computes them.
     layers = load_policy("tiny", tiny_size="nano", need_reference=False).model.config.num_hidden_layers
-    assert replayed_sizes == [0, 0, 7 * layers + 1, 0]
+    k = micro_batches
+    assert replayed_sizes == [0] * 2 * k + [7 * layers + 1] * k + [0] * k
+
+
+@needs_compiler
+def test_a_recycled_record_is_written_again_by_the_next_rollout_of_its_shape():
+    policy = load_policy("tiny", need_reference=False, seed=4)
+
+    def rollout(backend, seed):
+        torch.manual_seed(seed)
+        return backend.generate(policy.model, policy.tokenizer, PROMPTS, 2, 12, 1.0, 1.0, [], 64)
+
+    backend, fresh = FastBackend(min_new_tokens=12), FastBackend(min_new_tokens=12)  # forced length
+    backend.record_linear_outputs = fresh.record_linear_outputs = True
+    first = rollout(backend, 0).linear_outputs
+    backend.recycle(first)
+    second, expected = rollout(backend, 1), rollout(fresh, 1)
+    assert second.linear_outputs.layers[0][0].data_ptr() == first.layers[0][0].data_ptr()
+    assert second.completion_ids == expected.completion_ids
+    for got, want in zip(second.linear_outputs.flat(), expected.linear_outputs.flat()):
+        assert torch.equal(got, want)
+    assert torch.equal(second.linear_outputs.fed, expected.linear_outputs.fed)
+    # a record of another shape is not reused
+    backend.recycle(second.linear_outputs)
+    torch.manual_seed(2)
+    other = backend.generate(policy.model, policy.tokenizer, PROMPTS[:2], 2, 12, 1.0, 1.0, [], 64)
+    assert other.linear_outputs.layers[0][0].shape[0] == 4 != first.layers[0][0].shape[0]

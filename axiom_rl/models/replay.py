@@ -81,14 +81,26 @@ def record_widths(q: int, kv: int, hidden: int, inner: int) -> list[int]:
 
 
 def allocate(
-    rows: int, steps: int, layers: int, widths: list[int], vocab: int, device: torch.device
+    rows: int,
+    steps: int,
+    layers: int,
+    widths: list[int],
+    vocab: int,
+    device: torch.device,
+    reuse: LinearOutputs | None = None,
 ) -> LinearOutputs | None:
-    """Empty buffers for `steps` decode steps of `rows` rows: with the logits where everything fits
-    in MAX_BYTES, without them where the layers alone do, else None. Not inference tensors (the
-    training pass keeps some of them for backward), so call it outside torch.inference_mode."""
+    """Buffers for `steps` decode steps of `rows` rows: with the logits where everything fits in
+    MAX_BYTES, without them where the layers alone do, else None. `reuse`'s own where they have
+    those shapes (a record nothing reads any more: fresh buffers of a rollout-heavy step's size,
+    hundreds of MB, page-fault in again at every rollout). Not inference tensors (the training
+    pass keeps some of them for backward), so call it outside torch.inference_mode."""
     per_token = layers * sum(widths)
     for with_logits in (True, False):
         if rows * steps * 4 * (per_token + vocab * with_logits) <= MAX_BYTES and steps > 0:
+            shapes = [(rows, steps, w) for _ in range(layers) for w in widths]
+            shapes += [(rows, steps, vocab)] * with_logits
+            if reuse is not None and [tuple(t.shape) for t in reuse.flat()] == shapes:
+                return LinearOutputs(reuse.layers, reuse.logits, reuse.fed[:, :0])
             new = functools.partial(torch.empty, dtype=torch.float32, device=device)
             return LinearOutputs(
                 [[new((rows, steps, w)) for w in widths] for _ in range(layers)],

@@ -396,6 +396,12 @@ class FastBackend:
         # Keep what the linear layers compute for each fed-back token (Rollout.linear_outputs),
         # where the C++ step runs: the trainer sets it when its first pass can replay them.
         self.record_linear_outputs = False
+        self._spare_record: replay.LinearOutputs | None = None
+
+    def recycle(self, record: replay.LinearOutputs | None) -> None:
+        """Hand back a rollout's record once nothing reads it any more: the next rollout of the
+        same shape writes into it (models/replay.allocate)."""
+        self._spare_record = record
 
     @torch.inference_mode()
     def generate(
@@ -503,7 +509,8 @@ class FastBackend:
         hidden, q, kv = w.embed.shape[1], w.heads * w.head_dim, w.kv_heads * w.head_dim
         widths = replay.record_widths(q, kv, hidden, w.intermediate)
         with torch.inference_mode(False):  # the training pass keeps some of them for backward
-            return replay.allocate(rows, steps, len(w.layers), widths, w.vocab, w.embed.device)
+            spare, self._spare_record = self._spare_record, None
+            return replay.allocate(rows, steps, len(w.layers), widths, w.vocab, w.embed.device, reuse=spare)
 
 
 class _StopCheck:

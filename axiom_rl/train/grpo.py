@@ -539,6 +539,8 @@ def _train(
                     scale,
                     recorded,
                 )
+                if recorded is not None:  # nothing reads it now: the next rollout writes into it
+                    backend.recycle(recorded)
                 del recorded
                 time_update = time.perf_counter() - start + time_ref
                 time_ref = 0.0
