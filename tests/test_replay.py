@@ -5,6 +5,8 @@ not fit a batch is not replayed; the trainer records and replays in its first up
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from test_native_decode import needs_compiler, own_kernels  # noqa: F401 (a fixture)
@@ -189,3 +191,24 @@ def test_a_recycled_record_is_written_again_by_the_next_rollout_of_its_shape():
     torch.manual_seed(2)
     other = backend.generate(policy.model, policy.tokenizer, PROMPTS[:2], 2, 12, 1.0, 1.0, [], 64)
     assert other.linear_outputs.layers[0][0].shape[0] == 4 != first.layers[0][0].shape[0]
+
+
+@needs_compiler
+def test_a_trainer_that_runs_every_row_s_prompt_records_nothing(tmp_path, monkeypatch):
+    """The replay serves the completions' pass of shared prompts only: without it, no record."""
+    allocations = []
+    real_allocate = replay.allocate
+    monkeypatch.setattr(replay, "allocate", lambda *a, **k: allocations.append(a) or real_allocate(*a, **k))
+    monkeypatch.setattr(grpo, "SHARE_PROMPT_PASSES", False)
+    cfg = TrainConfig(
+        model="tiny", tiny_size="nano", steps=1, prompts_per_step=2, num_generations=2, max_completion_length=8,
+        output_dir=str(tmp_path / "unshared"), seed=0,
+    )  # fmt: skip
+    assert grpo.train(cfg, say=lambda _: None).steps == 1
+    assert allocations == []
+    monkeypatch.setattr(grpo, "SHARE_PROMPT_PASSES", None)  # the CPU's default: shared, so recorded
+    assert (
+        grpo.train(dataclasses.replace(cfg, output_dir=str(tmp_path / "shared")), say=lambda _: None).steps
+        == 1
+    )
+    assert len(allocations) == 1

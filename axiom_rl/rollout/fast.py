@@ -461,6 +461,7 @@ class FastBackend:
         native_step = native.step_for(w) if static_step is None and self.decode != "python" else None
         eager_step = native_step or functools.partial(_forward, w)
         record = self._record(w, n, max_new_tokens - 1) if native_step is not None else None
+        record_tensors = record.flat() if record is not None else []
         steps = 0
         for t in range(max_new_tokens):
             if pad is not None and pad != eos:
@@ -486,7 +487,7 @@ class FastBackend:
                 mask = allowed[:, : p + t + 1].view(n, 1, 1, p + t + 1)
                 args = (tokens.unsqueeze(1), next_pos.unsqueeze(1), cache_k, cache_v, p + t, mask, cos, sin)
                 if record is not None:
-                    logits = eager_step(*args, record=record.flat(), record_at=t)
+                    logits = eager_step(*args, record=record_tensors, record_at=t)
                     record.steps = t + 1
                 else:
                     logits = eager_step(*args)

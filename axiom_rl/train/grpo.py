@@ -73,7 +73,11 @@ SHARE_PROMPT_PASSES: bool | None = None
 
 
 def share_prompt_passes(batch: TokenBatch) -> bool:
-    return batch.input_ids.device.type == "cpu" if SHARE_PROMPT_PASSES is None else SHARE_PROMPT_PASSES
+    return shares_prompt_passes_on(batch.input_ids.device)
+
+
+def shares_prompt_passes_on(device: torch.device) -> bool:
+    return device.type == "cpu" if SHARE_PROMPT_PASSES is None else SHARE_PROMPT_PASSES
 
 
 class TrainingStopped(RuntimeError):
@@ -375,7 +379,11 @@ def _train(
     train_model = parallel.wrap(policy.model)
     backend = get_backend(cfg.rollout_backend, policy.model, cfg.min_completion_length)
     if hasattr(backend, "record_linear_outputs"):  # for the first update's pass (models/replay.py)
-        backend.record_linear_outputs = replay.replayable(policy.model) and not cfg.gradient_checkpointing
+        backend.record_linear_outputs = (
+            replay.replayable(policy.model)
+            and not cfg.gradient_checkpointing
+            and shares_prompt_passes_on(policy.device)  # the replay serves the completions' pass
+        )
     optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(cfg, optimizer)
     stream = (
