@@ -159,7 +159,7 @@ class _SiluMulDownReplayed(_SiluMulDown):
         ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, recorded: torch.Tensor
     ) -> torch.Tensor:
         ctx.save_for_backward(gate, up, weight)
-        return recorded.view_as(recorded) if recorded.is_contiguous() else recorded.contiguous()
+        return replay.as_output(recorded)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -170,7 +170,7 @@ def _gated_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     down = self.down_proj
     if type(down) is torch.nn.Linear and down.bias is None:
         gate, up = self.gate_proj(x), self.up_proj(x)
-        if (recorded := replay.recorded_output(down)) is not None and recorded.shape[:-1] == gate.shape[:-1]:
+        if (recorded := replay.recorded_output(down, gate)) is not None:  # down's input has gate's shape
             return _SiluMulDownReplayed.apply(gate, up, down.weight, recorded)
         return silu_mul_down(gate, up, down.weight)
     return down(silu_mul(self.gate_proj(x), self.up_proj(x)))

@@ -165,12 +165,25 @@ def replay_map(
 
 
 # The modules being replayed now, by id: the lean MLP (activation_memory.py) multiplies by its
-# down projection's weight itself, so it asks here.
+# down projection's weight itself, so it asks here, as the replayed forwards do.
 _replaying: dict[int, torch.Tensor] = {}
 
 
-def recorded_output(module: Any) -> torch.Tensor | None:
-    return _replaying.get(id(module))
+def recorded_output(module: Any, x: torch.Tensor) -> torch.Tensor | None:
+    """What `module` (a Linear being replayed) recorded for its input `x`, or None when it is not
+    being replayed; an error where the record does not have the output's shape."""
+    recorded = _replaying.get(id(module))
+    if recorded is not None and (
+        x.shape[:-1] != recorded.shape[:-1] or recorded.shape[-1] != module.weight.shape[0]
+    ):
+        raise RuntimeError(f"replay: a recorded output {tuple(recorded.shape)} for an input {tuple(x.shape)}")
+    return recorded
+
+
+def as_output(recorded: torch.Tensor) -> torch.Tensor:
+    """A record as an autograd Function's output. Downstream kernels take their fast paths on
+    contiguous tensors; a record is one unless the batch is shorter than the rollout (a copy then)."""
+    return recorded.view_as(recorded) if recorded.is_contiguous() else recorded.contiguous()
 
 
 @contextlib.contextmanager
@@ -179,8 +192,8 @@ def replaying(outputs: dict[Any, torch.Tensor]) -> Iterator[None]:
     have the output's leading shape), differentiable as F.linear is; the modules' own forwards
     come back after it."""
     before = {module: vars(module).get("forward") for module in outputs}
-    for module, recorded in outputs.items():
-        module.forward = functools.partial(_replayed_forward, module, recorded)
+    for module in outputs:
+        module.forward = functools.partial(_replayed_forward, module)
     _replaying.update((id(module), recorded) for module, recorded in outputs.items())
     try:
         yield
@@ -193,17 +206,9 @@ def replaying(outputs: dict[Any, torch.Tensor]) -> Iterator[None]:
                 module.forward = forward
 
 
-def _replayed_forward(module: torch.nn.Linear, recorded: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return replayed_linear(x, module.weight, module.bias, recorded)
-
-
-def replayed_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, recorded: torch.Tensor
-) -> torch.Tensor:
-    """F.linear(x, weight, bias) where `recorded` already holds its value."""
-    if x.shape[:-1] != recorded.shape[:-1] or recorded.shape[-1] != weight.shape[0]:
-        raise RuntimeError(f"replay: a recorded output {tuple(recorded.shape)} for an input {tuple(x.shape)}")
-    return _Replayed.apply(x, weight, bias, recorded)
+def _replayed_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """F.linear(x, module.weight, module.bias), whose value the rollout recorded."""
+    return _Replayed.apply(x, module.weight, module.bias, recorded_output(module, x))
 
 
 class _Replayed(torch.autograd.Function):
@@ -213,9 +218,7 @@ class _Replayed(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        # Downstream kernels take their fast paths on contiguous tensors; a record is one unless
-        # the batch is shorter than the rollout (a copy then).
-        return recorded.contiguous() if not recorded.is_contiguous() else recorded.view_as(recorded)
+        return as_output(recorded)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
