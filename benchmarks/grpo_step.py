@@ -102,6 +102,10 @@ ABLATIONS = {
     # Not a speed-up there: the default on a GPU is every row's prompt (see grpo.SHARE_PROMPT_PASSES).
     "shared-prompts": ("each group's prompt run once in the training passes, as on a CPU (GPU only)", {}),
     "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
+    "uncompiled-decode": (
+        "the CUDA graph of the decode step's plain ops, not of their compiled kernels (GPU only)",
+        {},
+    ),
     "python-decode": ("the decode step's calls made from Python, not from the C++ step (CPU only)", {}),
     "aten-ops": (
         "the C++ step's attention and element-wise work in ATen's calls, not its own loops (CPU only)",
@@ -137,6 +141,7 @@ ABLATION_DEVICE = {
     "unshared-prompts": "cpu",
     "shared-prompts": "cuda",
     "eager-decode": "cuda",
+    "uncompiled-decode": "cuda",
     "python-decode": "cpu",
     "aten-ops": "cpu",
     "onednn-linear": "cpu",
@@ -161,6 +166,7 @@ KERNEL_SWITCHES = {
     "aten-norm": ("axiom_rl.models.rms_norm", "KERNEL"),
     "aten-rope": ("axiom_rl.models.rotary", "KERNEL"),
     "no-replay": ("axiom_rl.models.replay", "ENABLED"),
+    "uncompiled-decode": ("axiom_rl.rollout.fast", "COMPILE_DECODE"),
 }
 
 

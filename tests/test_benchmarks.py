@@ -117,7 +117,7 @@ def test_each_kernel_ablation_turns_off_a_switch_the_code_reads(grpo_step):
     """A kernel ablation sets its module's switch to False (and names one that exists: a typo
     would only add an attribute nothing reads)."""
     for name, (module_name, switch) in grpo_step.KERNEL_SWITCHES.items():
-        assert name in grpo_step.ABLATIONS and grpo_step.ABLATION_DEVICE[name] == "cpu"
+        assert name in grpo_step.ABLATIONS and grpo_step.ABLATION_DEVICE[name] in ("cpu", "cuda")
         module = importlib.import_module(module_name)
         before = getattr(module, switch)
         assert before is True, name

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import string
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -11,6 +14,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from axiom_rl.models.load import apply_lora
 from axiom_rl.models.tiny import TinySize, build_char_tokenizer, build_tiny_model, tiny_config
+from axiom_rl.rollout import fast
 from axiom_rl.rollout.fast import FastBackend, _StopCheck, supports, teacher_forced_logits
 from axiom_rl.rollout.hf import HFBackend
 from axiom_rl.train.batch import build_batch
@@ -202,12 +206,81 @@ def test_the_static_decode_step_samples_what_the_eager_one_does(build):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+@pytest.mark.parametrize("compiled", [False, True], ids=["plain", "compiled"])
 @pytest.mark.parametrize("build", ARCHITECTURES)
-def test_the_cuda_graph_decode_samples_what_the_eager_loop_does(build):
+def test_the_cuda_graph_decode_samples_what_the_eager_loop_does(monkeypatch, build, compiled):
+    """Plain, the same kernels replayed: the same bits. Compiled, fused element-wise work rounds
+    differently (float32 here), so a token could differ only where a uniform draw falls within
+    that rounding of the edge between two tokens, which no draw of this seed does. A failed
+    compile or capture warns, which fails the test."""
+    monkeypatch.setattr(fast, "COMPILE_DECODE", compiled)
     model, tok = build(6)
     static, eager = decoded_both_ways(model, tok, "cuda")
     assert static.completion_ids == eager.completion_ids and static.finished == eager.finished
     assert len({len(c) for c in static.completion_ids}) > 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+def test_a_decode_step_that_does_not_compile_runs_plain_and_says_so(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here\nmore detail")
+
+    monkeypatch.setattr(fast, "_compiled_ops", lambda: fast._LayerOps(qkv=broken))
+    model, tok = build_tiny_model("nano", seed=5)
+    model = model.cuda()
+    backend = FastBackend()
+    torch.manual_seed(2)
+    with pytest.warns(
+        UserWarning,
+        match=r"decode step not compiled: torch.compile failed \(RuntimeError: no compiler here\)",
+    ):
+        fell_back = backend.generate(model, tok, TEXTS, 2, 12, 1.0, 1.0, [], 512)
+    monkeypatch.setattr(fast, "COMPILE_DECODE", False)
+    torch.manual_seed(2)
+    plain = backend.generate(model, tok, TEXTS, 2, 12, 1.0, 1.0, [], 512)
+    assert fell_back.completion_ids == plain.completion_ids
+
+
+COMPILED_AND_PLAIN_PASSES = """
+import json, warnings
+import torch
+import torch.nn.functional as F
+from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.rollout import fast
+model, _ = build_tiny_model("nano", seed=7)
+w = fast._Weights(model, packing=(F.linear, lambda t: t))  # F.linear, as on a GPU
+ids = torch.randint(3, 200, (3, 9), generator=torch.Generator().manual_seed(0))
+positions = torch.arange(9).repeat(3, 1)
+cos, sin = w.rope(16, ids.device, torch.float32)
+shape = (len(w.layers), 3, w.kv_heads, 16, w.head_dim)
+causal = torch.ones((9, 9), dtype=torch.bool).tril().view(1, 1, 9, 9).expand(3, 1, 9, 9)
+bias = torch.zeros((3, 1, 1, 10))
+got = []
+torch.inference_mode().__enter__()  # as FastBackend.generate
+for ops in (fast._LayerOps(), fast._compiled_ops()):
+    cache_k, cache_v = torch.zeros(shape), torch.zeros(shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as a test's filter: the first compile must not fail on torch's own warnings
+        with fast.compiler_warnings_quiet():
+            prefill = fast._forward(w, ids, positions, cache_k, cache_v, 0, causal, cos, sin, True, ops)
+            step = fast._forward(w, ids[:, :1], positions[:, -1:] + 1, cache_k, cache_v, 9, bias, cos, sin, ops=ops)
+    got.append((prefill, step, cache_k))
+print(json.dumps([float((c - p).abs().max() / p.abs().max()) for p, c in zip(*got)]))
+"""
+
+
+@pytest.mark.slow
+def test_the_compiled_pieces_of_a_forward_pass_compute_what_the_plain_ones_do():
+    """What a GPU's decode step compiles (torch.compile compiles for the CPU too), in a fresh
+    process so that Inductor is first imported there: every piece compiles whole (fullgraph: no
+    graph break) with warnings as errors, and gives the plain pass's logits and cache to float32
+    rounding, prefill and a token step alike."""
+    proc = subprocess.run(
+        [sys.executable, "-c", COMPILED_AND_PLAIN_PASSES], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(errors) == 3 and max(errors) < 1e-5
 
 
 def test_stop_strings_end_a_row_at_the_token_that_completes_them():

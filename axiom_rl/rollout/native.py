@@ -169,7 +169,7 @@ def _builders_lock(where: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
@@ -179,11 +179,11 @@ def _op_and_why() -> tuple[Callable[..., torch.Tensor] | None, str]:
     try:
         op = _build()
     except Exception as e:  # no compiler, no ninja, a build error: the Python step does the same work
-        return None, f"could not be built ({_first_line(e)})"
+        return None, f"could not be built ({first_line(e)})"
     try:
         mismatch = _self_check(op)
     except Exception as e:  # e.g. a PyTorch whose oneDNN linear has another signature
-        return None, f"failed its check ({_first_line(e)})"
+        return None, f"failed its check ({first_line(e)})"
     return (None, f"failed its check ({mismatch})") if mismatch else (op, "")
 
 
