@@ -44,17 +44,19 @@ def test_linear_values_and_gradients_match_float64(matmul_backend, shape):
 @pytest.mark.parametrize(
     "rows, outputs, inputs", [(1008, 688, 256), (88, 256, 688), (5, 259, 256), (7, 33, 17)]
 )
-def test_input_gradient_reads_the_transposed_view_for_the_same_bits(monkeypatch, rows, outputs, inputs):
+def test_input_gradient_reads_the_transposed_view_for_the_same_values(monkeypatch, rows, outputs, inputs):
     """input_grad hands oneDNN the weight's transpose as a view; oneDNN lays it out itself, and the
-    gradient must be what a contiguous transposed copy gives, bit for bit (seeded runs keep their
-    figures)."""
+    gradient must be what a contiguous transposed copy gives: bit for bit where oneDNN runs the
+    same kernel for both (this project's 2-core Zen 4 hosts, so their seeded runs kept their
+    figures), within float32 rounding where it does not (a 16-core Xeon gave other bits)."""
     monkeypatch.setenv(cpu_matmul.ENV, "onednn")
     cpu_matmul.backend.cache_clear()
     try:
         gen = torch.Generator().manual_seed(rows)
         grad, weight = torch.randn(rows, outputs, generator=gen), torch.randn(outputs, inputs, generator=gen)
         got = cpu_matmul.input_grad(grad, weight)
-        assert torch.equal(got, cpu_matmul._onednn(grad, weight.t().contiguous(), None))
+        copied = cpu_matmul._onednn(grad, weight.t().contiguous(), None)
+        assert torch.equal(got, copied) or _relative_error(got, copied.double()) < 1e-5
         assert _relative_error(got, grad.double() @ weight.double()) < 1e-5
     finally:
         cpu_matmul.backend.cache_clear()

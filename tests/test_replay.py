@@ -48,7 +48,7 @@ def pass_with(policy, batch, recorded):
 
 @needs_compiler
 def test_the_decode_step_records_what_each_linear_layer_of_the_training_pass_computes(own_kernels):  # noqa: F811
-    policy = load_policy("tiny", need_reference=False, seed=1)
+    policy = load_policy("tiny", device="cpu", need_reference=False, seed=1)
     assert native.op() is not None
     rollout, batch = recorded_rollout(policy)
     record = rollout.linear_outputs
@@ -87,7 +87,12 @@ def test_the_decode_step_records_what_each_linear_layer_of_the_training_pass_com
 def test_a_replayed_pass_gives_the_plain_pass_s_log_probs_and_gradients(finetune):
     """LoRA on q and v only: those layers compute as usual, the others replay."""
     policy = load_policy(
-        "tiny", need_reference=False, seed=2, finetune=finetune, lora_target_modules="q_proj,v_proj"
+        "tiny",
+        device="cpu",
+        need_reference=False,
+        seed=2,
+        finetune=finetune,
+        lora_target_modules="q_proj,v_proj",
     )
     rollout, batch = recorded_rollout(policy, stop_strings=["\n"])
     record = rollout.linear_outputs
@@ -108,7 +113,7 @@ def test_a_replayed_pass_gives_the_plain_pass_s_log_probs_and_gradients(finetune
 
 @needs_compiler
 def test_a_record_that_does_not_fit_the_batch_is_not_replayed():
-    policy = load_policy("tiny", need_reference=False, seed=3)
+    policy = load_policy("tiny", device="cpu", need_reference=False, seed=3)
     rollout, batch = recorded_rollout(policy, new_tokens=12)
     record = rollout.linear_outputs
     ids, mask = batch.completion_ids.clone(), batch.completion_mask
@@ -155,7 +160,7 @@ def test_the_trainer_replays_the_rollout_in_its_first_update_only(tmp_path, monk
 
     monkeypatch.setattr(replay, "replaying", counting)
     cfg = TrainConfig(
-        model="tiny", tiny_size="nano", steps=2, prompts_per_step=2, num_generations=2, max_completion_length=8,
+        model="tiny", tiny_size="nano", device="cpu", steps=2, prompts_per_step=2, num_generations=2, max_completion_length=8,
         num_iterations=2, gradient_accumulation_steps=micro_batches, output_dir=str(tmp_path / "run"), seed=0,
     )  # fmt: skip
     result = grpo.train(cfg, say=lambda _: None)
@@ -163,14 +168,16 @@ def test_the_trainer_replays_the_rollout_in_its_first_update_only(tmp_path, monk
     # One rollout, then the reference's and the old policy's passes (nothing to replay) and two
     # updates, each pass a call per micro-batch: the first update replays every layer and the
     # head, each micro-batch its own rows, the second computes them.
-    layers = load_policy("tiny", tiny_size="nano", need_reference=False).model.config.num_hidden_layers
+    layers = load_policy(
+        "tiny", tiny_size="nano", device="cpu", need_reference=False
+    ).model.config.num_hidden_layers
     k = micro_batches
     assert replayed_sizes == [0] * 2 * k + [7 * layers + 1] * k + [0] * k
 
 
 @needs_compiler
 def test_a_recycled_record_is_written_again_by_the_next_rollout_of_its_shape():
-    policy = load_policy("tiny", need_reference=False, seed=4)
+    policy = load_policy("tiny", device="cpu", need_reference=False, seed=4)
 
     def rollout(backend, seed):
         torch.manual_seed(seed)
@@ -201,7 +208,7 @@ def test_a_trainer_that_runs_every_row_s_prompt_records_nothing(tmp_path, monkey
     monkeypatch.setattr(replay, "allocate", lambda *a, **k: allocations.append(a) or real_allocate(*a, **k))
     monkeypatch.setattr(grpo, "SHARE_PROMPT_PASSES", False)
     cfg = TrainConfig(
-        model="tiny", tiny_size="nano", steps=1, prompts_per_step=2, num_generations=2, max_completion_length=8,
+        model="tiny", tiny_size="nano", device="cpu", steps=1, prompts_per_step=2, num_generations=2, max_completion_length=8,
         output_dir=str(tmp_path / "unshared"), seed=0,
     )  # fmt: skip
     assert grpo.train(cfg, say=lambda _: None).steps == 1

@@ -88,7 +88,9 @@ def input_grad(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """grad @ weight: the gradient of F.linear's input, [..., out] -> [..., in]."""
     if applies(grad):
         # The transposed view, not a contiguous copy: oneDNN lays the weight out for its kernel
-        # either way (the same bits), and its reorder is faster than ATen's transposing copy.
+        # either way, and its reorder is faster than ATen's transposing copy. The same bits on
+        # the 2-core Zen 4 hosts this project measures on; a 16-core Xeon (the lent GPU machine)
+        # gave others, within float32 rounding.
         return _onednn(grad, weight.t(), None)
     return grad.matmul(weight)
 
