@@ -386,6 +386,7 @@ COMPILE_DECODE = True
 # The static step's cache length is rounded up to this many slots, so that rollouts whose prompts
 # differ by a few tokens share one shape: no recompile of the compiled step (each costs seconds).
 STATIC_CACHE_SLOTS = 64
+_compile_failed = False  # set by the first failed compile of this process
 
 
 @functools.cache
@@ -446,15 +447,18 @@ class _StaticDecode:
         self.ops = _LayerOps()
         if device.type != "cuda":
             return
-        if COMPILE_DECODE:
+        global _compile_failed
+        if COMPILE_DECODE and not _compile_failed:
             self.ops = _compiled_ops()
             try:  # compiles on capture's warm-up run, the first time for these shapes
                 with compiler_warnings_quiet():
                     self.graph, self.logits = capture_cuda_graph(self.step, device)
-            except Exception as e:  # no Triton, a compiler error: the plain ops
+            except Exception as e:  # no Triton, a compiler error: the plain ops, from now on
+                _compile_failed = True  # (each try would cost seconds of tracing, every rollout)
                 cause = getattr(e, "inner_exception", None) or e  # what Inductor's wrapper says failed
                 warnings.warn(
-                    f"decode step not compiled: torch.compile failed ({native.first_line(cause)})",
+                    f"decode step not compiled: torch.compile failed ({native.first_line(cause)}); "
+                    "decoding with the plain ops",
                     stacklevel=3,
                 )
                 self.ops = _LayerOps()
