@@ -182,6 +182,47 @@ def test_the_attention_kernel_agrees_with_the_matmuls_whatever_the_threads(head_
     assert torch.allclose(results[0][5], only_slot)
 
 
+def attention_in_the_kernel_s_order(q, keys, values, mask, scale):
+    """The attention kernel's arithmetic, one float32 operation at a time in the order
+    decode_step.cpp writes it (each product rounded, then added: it is built without
+    contraction): a score's 16 partial sums over the head, folded in halves; ATen's softmax over
+    [pairs, G, T]; each output the sum of probability x value, slot after slot."""
+    n, kv_heads, groups, hd = q.shape
+    slots = keys.shape[2]
+    acc = q[..., None, 0:16] * keys[:, :, None, :, 0:16]  # [N, kvh, G, T, 16]
+    for d in range(16, hd, 16):
+        acc = acc + q[..., None, d : d + 16] * keys[:, :, None, :, d : d + 16]
+    s8 = acc[..., :8] + acc[..., 8:]
+    s4 = s8[..., :4] + s8[..., 4:]
+    dot = (s4[..., 0] + s4[..., 2]) + (s4[..., 1] + s4[..., 3])
+    scores = dot * scale + mask.view(n, 1, 1, slots)
+    probs = scores.reshape(n * kv_heads, groups, slots).softmax(-1).view(n, kv_heads, groups, slots)
+    out = torch.zeros((n, kv_heads, groups, hd))
+    for t in range(slots):
+        out = out + probs[..., t, None] * values[:, :, None, t]
+    return out
+
+
+@needs_compiler
+@pytest.mark.parametrize("head_dim", [16, 64, 128])
+@pytest.mark.parametrize("groups", [2, 7])  # an odd count leaves the values loop one head alone
+def test_the_attention_kernel_sums_in_its_written_order_bit_for_bit(head_dim, groups):
+    """A rollout's tokens, and so a seeded run's figures, follow from these bits: the kernel's
+    vector code must keep the order its comments give."""
+    assert native.op() is not None
+    gen = torch.Generator().manual_seed(7 * head_dim + groups)
+    n, kv_heads, slots, used = 5, 2, 48, 41
+    cache_k, cache_v = torch.randn((2, n, kv_heads, slots, head_dim), generator=gen)
+    keys, values = cache_k[:, :, :used], cache_v[:, :, :used]
+    q = torch.randn((n, kv_heads, groups, head_dim), generator=gen)
+    allowed = torch.zeros((n, slots))
+    allowed[1, :6] = float("-inf")
+    mask = allowed[:, :used].view(n, 1, 1, used)
+    scale = head_dim**-0.5
+    result = torch.ops.axiom_rl.attend_one_token(q, keys, values, mask, scale)
+    assert torch.equal(result, attention_in_the_kernel_s_order(q, keys, values, mask, scale))
+
+
 @needs_compiler
 def test_the_attention_kernel_refuses_what_it_does_not_cover():
     assert native.op() is not None

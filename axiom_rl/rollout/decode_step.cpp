@@ -86,6 +86,26 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 constexpr int kLanes = 16;
 
+#ifdef AXIOM_VECTOR_TYPES
+typedef float f32x4 __attribute__((vector_size(16)));
+
+// The kLanes partial sums of a dot product folded in halves, (acc[l] + acc[l + 8]), then
+// (s8[l] + s8[l + 4]), then (s4[0] + s4[2]) + (s4[1] + s4[3]): the order of the scalar code in
+// scores_one_pair, as vector additions: the same bits. GCC compiled that scalar code into some 35
+// extracts and single additions a score, more instructions than the products took.
+__attribute__((always_inline)) inline float fold_halves(axiom_vec::f32x16 acc) {
+  axiom_vec::f32x8 low, high;
+  __builtin_memcpy(&low, &acc, sizeof(low));
+  __builtin_memcpy(&high, reinterpret_cast<const char*>(&acc) + sizeof(low), sizeof(high));
+  const axiom_vec::f32x8 s8 = low + high;
+  f32x4 s4_low, s4_high;
+  __builtin_memcpy(&s4_low, &s8, sizeof(s4_low));
+  __builtin_memcpy(&s4_high, reinterpret_cast<const char*>(&s8) + sizeof(s4_low), sizeof(s4_high));
+  const f32x4 s4 = s4_low + s4_high;
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+#endif
+
 // scores[g, t] = (q[g, :] . keys[t, :]) * scale + mask[t], for one (row, K/V head) pair. Each key
 // row is read once for the G query heads that share it; the sum over hd runs in kLanes partial
 // sums, folded in halves at the end.
@@ -98,6 +118,13 @@ AXIOM_TARGETS void scores_one_pair(const float* __restrict__ q, const float* __r
     const float* __restrict__ k = keys + t * key_row_stride;
     for (int64_t g = 0; g < groups; ++g) {
       const float* __restrict__ qg = q + g * HD;
+#ifdef AXIOM_VECTOR_TYPES
+      using axiom_vec::f32x16;
+      using axiom_vec::load;
+      f32x16 acc = load<f32x16>(qg) * load<f32x16>(k);
+      for (int d = kLanes; d < HD; d += kLanes) acc += load<f32x16>(qg + d) * load<f32x16>(k + d);
+      const float dot = fold_halves(acc);
+#else
       float acc[kLanes];
       for (int l = 0; l < kLanes; ++l) acc[l] = qg[l] * k[l];
       for (int d = kLanes; d < HD; d += kLanes)
@@ -106,6 +133,7 @@ AXIOM_TARGETS void scores_one_pair(const float* __restrict__ q, const float* __r
       for (int l = 0; l < 8; ++l) s8[l] = acc[l] + acc[l + 8];
       for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
       const float dot = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+#endif
       scores[g * t_len + t] = dot * scale + mask[t];
     }
   }
@@ -120,6 +148,30 @@ AXIOM_TARGETS void values_one_pair(const float* __restrict__ probs, const float*
     const bool pair = g0 + 1 < groups;
     const float* __restrict__ p0 = probs + g0 * t_len;
     const float* __restrict__ p1 = pair ? p0 + t_len : p0;
+#ifdef AXIOM_VECTOR_TYPES
+    // The same sums in vector variables, which GCC keeps in registers (the arrays below it kept
+    // in memory, a load and a store per sum and value row).
+    using axiom_vec::f32x16;
+    using axiom_vec::load;
+    using axiom_vec::store;
+    constexpr int kVectors = HD / kLanes;
+    f32x16 a0[kVectors] = {}, a1[kVectors] = {};
+    for (int64_t t = 0; t < t_len; ++t) {
+      const float* __restrict__ v = values + t * value_row_stride;
+      const float w0 = p0[t], w1 = p1[t];
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) {
+        const f32x16 row = load<f32x16>(v + c * kLanes);
+        a0[c] += w0 * row;
+        a1[c] += w1 * row;
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < kVectors; ++c) store(out + g0 * HD + c * kLanes, a0[c]);
+    if (pair)
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) store(out + (g0 + 1) * HD + c * kLanes, a1[c]);
+#else
     float a0[HD] = {}, a1[HD] = {};
     for (int64_t t = 0; t < t_len; ++t) {
       const float* __restrict__ v = values + t * value_row_stride;
@@ -132,6 +184,7 @@ AXIOM_TARGETS void values_one_pair(const float* __restrict__ probs, const float*
     for (int d = 0; d < HD; ++d) out[g0 * HD + d] = a0[d];
     if (pair)
       for (int d = 0; d < HD; ++d) out[(g0 + 1) * HD + d] = a1[d];
+#endif
   }
 }
 
