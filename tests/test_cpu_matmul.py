@@ -121,6 +121,54 @@ def test_a_routed_model_trains_like_the_plain_one(matmul_backend):
         )
 
 
+def test_the_frozen_reference_packed_once_gives_the_same_log_probs_bit_for_bit(matmul_backend):
+    """Full fine-tuning's reference has its weights laid out for oneDNN at load, in place of the
+    plain ones; its log-probs are the policy's (the same weights, unpacked) to the bit."""
+    from axiom_rl.models.load import load_policy
+    from axiom_rl.train.batch import build_batch, completion_logprobs
+
+    policy = load_policy("tiny", tiny_size="micro", finetune="full", dtype="fp32", device="cpu", seed=3)
+    linears = [m for m in policy.reference.modules() if type(m) is torch.nn.Linear]
+    packed = [m for m in linears if cpu_matmul.packed(m)]
+    assert len(packed) == (len(linears) if matmul_backend == "onednn" else 0)
+    assert all(m.weight is None for m in packed)  # no second copy of the weights
+    assert not any(cpu_matmul.packed(m) for m in policy.model.modules())  # the trained model keeps its own
+    gen = torch.Generator().manual_seed(0)
+    prompts = [row for row in torch.randint(3, 60, (3, 9), generator=gen).tolist() for _ in range(2)]
+    completions = torch.randint(3, 60, (6, 12), generator=gen).tolist()
+    batch = build_batch(prompts, completions, policy.tokenizer.pad_token_id, policy.device)
+    with torch.no_grad():
+        for share in (True, False):
+            ours = completion_logprobs(policy.reference, batch, share_prompts=share)[0]
+            plain = completion_logprobs(policy.model.eval(), batch, share_prompts=share)[0]
+            assert torch.equal(ours, plain), share
+
+
+def test_packing_leaves_shared_and_trained_weights_as_they_are(matmul_backend):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval().requires_grad_(False)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    trained = model.model.layers[0].mlp.down_proj
+    trained.weight.requires_grad_(True)
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    count = cpu_matmul.pack_frozen_linear_layers(model)
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert count == (len(linears) - 2 if matmul_backend == "onednn" else 0)  # not lm_head, not down_proj
+    assert not cpu_matmul.packed(model.lm_head) and model.lm_head.weight is model.model.embed_tokens.weight
+    assert not cpu_matmul.packed(trained) and trained.weight.requires_grad
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, before)
+    assert cpu_matmul.pack_frozen_linear_layers(model) == 0  # packed once
+
+
 def test_the_decode_loop_with_packed_weights_computes_the_model(matmul_backend):
     """The loop packs its weights for oneDNN once per rollout; its logits stay those of the model."""
     from tests.test_fast_rollout import TEXTS, hf_logits, model64, ragged

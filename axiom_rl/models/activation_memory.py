@@ -168,7 +168,7 @@ class _SiluMulDownReplayed(_SiluMulDown):
 
 def _gated_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     down = self.down_proj
-    if type(down) is torch.nn.Linear and down.bias is None:
+    if type(down) is torch.nn.Linear and down.bias is None and not cpu_matmul.packed(down):
         gate, up = self.gate_proj(x), self.up_proj(x)
         if (recorded := replay.recorded_output(down, gate)) is not None:  # down's input has gate's shape
             return _SiluMulDownReplayed.apply(gate, up, down.weight, recorded)

@@ -136,6 +136,49 @@ def _linear_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return linear(x, self.weight, self.bias)
 
 
+def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return linear_packed(x, self.packed_weight, self.bias)
+
+
+def pack_frozen_linear_layers(model: Any) -> int:
+    """For a network that never trains (full fine-tuning's frozen reference): lay out the weight of
+    each plain float32 nn.Linear on the CPU once for oneDNN, in place of the plain weight, which
+    becomes None (the same memory). Given an unpacked weight, oneDNN lays it out again on every
+    call: a reference pass of the step benchmark's model makes 58 such calls, some 3 ms of its
+    48 (docs/benchmarks.md). The same bits. Weights that another module shares (an output layer
+    tied to the embedding), or that train, stay as they are. The packed layers compute without
+    autograd. Returns how many were packed; 0 where oneDNN does not run float32 linear layers here.
+    Call it before `route_linear_layers`, which then leaves the packed layers alone."""
+    if backend() != "onednn":
+        return 0
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for _, parameter in model.named_parameters(remove_duplicate=False):
+        (shared if id(parameter) in seen else seen).add(id(parameter))
+
+    def forward_for(module: Any) -> Any:
+        weight = getattr(module, "weight", None)
+        if (
+            type(module) is not torch.nn.Linear
+            or weight is None
+            or weight.requires_grad
+            or weight.dtype != torch.float32
+            or weight.device.type != "cpu"
+            or id(weight) in shared
+        ):
+            return None
+        module.packed_weight = pack(weight)
+        module.weight = None
+        return _packed_forward
+
+    return give_forwards(model, forward_for)
+
+
+def packed(module: Any) -> bool:
+    """Whether `pack_frozen_linear_layers` packed this module's weight."""
+    return getattr(module, "packed_weight", None) is not None
+
+
 def route_linear_layers(model: Any) -> int:
     """Give every plain nn.Linear of `model` (peft's LoRA layers hold them too) a forward that
     calls `linear`; returns how many (0 where this machine's backend is the default). Whether

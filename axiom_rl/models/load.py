@@ -393,6 +393,8 @@ def load_policy(
             lean_mlp_activations(network)
             rms_norm.fuse_rms_norms(network)  # one pass each way on a float32 CPU (rms_norm.py)
             rotary.fuse_rotary(network)  # RoPE likewise, the same bits (rotary.py)
+            if network is reference:  # its weights laid out for oneDNN once, not on every call
+                cpu_matmul.pack_frozen_linear_layers(network)
             cpu_matmul.route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow
             if dev.type == "cpu":
                 attention.use_for(network)  # the training passes' attention kernel (attention.py)
