@@ -133,6 +133,10 @@ ABLATIONS = {
         "the policy's forward computes its linear layers, not replaying the rollout's outputs (CPU only)",
         {},
     ),
+    "unpacked-reference": (
+        "the frozen reference's weights laid out by oneDNN on every call, not once at load (CPU only)",
+        {},
+    ),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
 ABLATION_DEVICE = {
@@ -150,6 +154,7 @@ ABLATION_DEVICE = {
     "aten-norm": "cpu",
     "aten-rope": "cpu",
     "no-replay": "cpu",
+    "unpacked-reference": "cpu",
 }
 
 
@@ -166,6 +171,7 @@ KERNEL_SWITCHES = {
     "aten-norm": ("axiom_rl.models.rms_norm", "KERNEL"),
     "aten-rope": ("axiom_rl.models.rotary", "KERNEL"),
     "no-replay": ("axiom_rl.models.replay", "ENABLED"),
+    "unpacked-reference": ("axiom_rl.models.cpu_matmul", "PACK_FROZEN"),
     "uncompiled-decode": ("axiom_rl.rollout.fast", "COMPILE_DECODE"),
 }
 
