@@ -267,6 +267,8 @@ def test_the_linear_kernel_agrees_with_f_linear_on_every_instruction_set_and_thr
     assert all(torch.equal(results[0], r) for r in results[1:])
     assert torch.allclose(results[0].double(), expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(native.linear_panels(x, packed, bias), results[0])  # what a rollout calls
+    # the bias added as each sum is stored: the bits of adding it to the product afterwards
+    assert torch.equal(results[0], native.linear_panels(x, packed) + bias)
 
 
 @needs_compiler
@@ -280,6 +282,8 @@ def test_the_linear_kernel_refuses_what_it_does_not_cover():
         native.linear_panels(torch.randn(2, 8, dtype=torch.float64), packed)
     with pytest.raises(RuntimeError, match="the weight must come from pack_panels"):
         native.linear_panels(torch.randn(2, 4), packed.t())
+    with pytest.raises(RuntimeError, match="the bias must be float32 \\[4\\]"):
+        native.linear_panels(torch.randn(2, 8), packed, torch.randn(5))
     with pytest.raises(RuntimeError, match="a float32 \\[N, K\\] weight"):
         native.pack_panels(torch.randn(4, 8, 2))
 

@@ -330,8 +330,8 @@ using axiom_vec::store;
 // R rows of y, one full panel: V is the vector type (16 or 8 lanes), H = 16 / lanes per panel.
 template <typename V, int R>
 __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ x, int64_t k_len,
-                                                       const float* __restrict__ panel, float* __restrict__ y,
-                                                       int64_t ldy) {
+                                                       const float* __restrict__ panel, const float* __restrict__ bias,
+                                                       float* __restrict__ y, int64_t ldy) {
   constexpr int H = kPanel * sizeof(float) / sizeof(V);
   V acc[R][H];
 #pragma GCC unroll 16
@@ -349,6 +349,15 @@ __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ 
       for (int h = 0; h < H; ++h) acc[r][h] += xv * w[h];
     }
   }
+  if (bias != nullptr) {  // the sum, then the bias: one rounding, as adding it to y afterwards
+    V b[H];
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) b[h] = load<V>(bias + h * (kPanel / H));
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int h = 0; h < H; ++h) acc[r][h] += b[h];
+  }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
@@ -358,53 +367,55 @@ __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ 
 // All m rows against one full panel: tiles of R rows, then of R / 2, ... down to one.
 template <typename V, int R>
 __attribute__((always_inline)) inline void panel_rows(const float* x, int64_t m, int64_t k_len, const float* panel,
-                                                      float* y, int64_t ldy) {
+                                                      const float* bias, float* y, int64_t ldy) {
   int64_t r = 0;
-  for (; r + R <= m; r += R) panel_tile<V, R>(x + r * k_len, k_len, panel, y + r * ldy, ldy);
+  for (; r + R <= m; r += R) panel_tile<V, R>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy);
   if constexpr (R > 1) {
-    if (r < m) panel_rows<V, R / 2>(x + r * k_len, m - r, k_len, panel, y + r * ldy, ldy);
+    if (r < m) panel_rows<V, R / 2>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy);
   }
 }
 
 // The last, narrower panel ([K, cols]): one sum at a time, in the same order as the tiles.
 __attribute__((always_inline)) inline void narrow_panel(const float* x, int64_t m, int64_t k_len, const float* panel,
-                                                        int64_t cols, float* y, int64_t ldy) {
+                                                        int64_t cols, const float* bias, float* y, int64_t ldy) {
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       float acc = 0.0f;
       for (int64_t k = 0; k < k_len; ++k) acc += x[r * k_len + k] * panel[k * cols + c];
-      y[r * ldy + c] = acc;
+      y[r * ldy + c] = bias != nullptr ? acc + bias[c] : acc;
     }
 }
 
 // Panels [begin, end) of y, in tiles of R rows (as many as the registers hold) and what is left.
 template <typename V, int R>
 __attribute__((always_inline)) inline void panels(const float* x, int64_t m, int64_t k_len, const float* packed,
-                                                  int64_t n, float* y, int64_t begin, int64_t end) {
+                                                  const float* bias, int64_t n, float* y, int64_t begin, int64_t end) {
   for (int64_t p = begin; p < end; ++p) {
     const float* panel = packed + p * k_len * kPanel;
+    const float* panel_bias = bias != nullptr ? bias + p * kPanel : nullptr;
     if ((p + 1) * kPanel <= n)
-      panel_rows<V, R>(x, m, k_len, panel, y + p * kPanel, n);
+      panel_rows<V, R>(x, m, k_len, panel, panel_bias, y + p * kPanel, n);
     else
-      narrow_panel(x, m, k_len, panel, n - p * kPanel, y + p * kPanel, n);
+      narrow_panel(x, m, k_len, panel, n - p * kPanel, panel_bias, y + p * kPanel, n);
   }
 }
 
 // 32 vector registers: 16 rows x one 16-lane sum each, the panel's row, and the broadcast.
 __attribute__((target("avx512f"))) void panels_avx512(const float* x, int64_t m, int64_t k_len,
-                                                      const float* packed, int64_t n, float* y, int64_t begin,
-                                                      int64_t end) {
-  panels<f32x16, 16>(x, m, k_len, packed, n, y, begin, end);
+                                                      const float* packed, const float* bias, int64_t n, float* y,
+                                                      int64_t begin, int64_t end) {
+  panels<f32x16, 16>(x, m, k_len, packed, bias, n, y, begin, end);
 }
 
 // 16 vector registers: 6 rows x two 8-lane sums, the panel's row (two), and the broadcast.
 __attribute__((target("avx2"))) void panels_avx2(const float* x, int64_t m, int64_t k_len, const float* packed,
-                                                 int64_t n, float* y, int64_t begin, int64_t end) {
-  panels<f32x8, 6>(x, m, k_len, packed, n, y, begin, end);
+                                                 const float* bias, int64_t n, float* y, int64_t begin, int64_t end) {
+  panels<f32x8, 6>(x, m, k_len, packed, bias, n, y, begin, end);
 }
 #endif
 
-using PanelsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t);
+using PanelsFn = void (*)(const float*, int64_t, int64_t, const float*, const float*, int64_t, float*, int64_t,
+                          int64_t);
 
 // The version for this CPU (isa 0), or the one asked for (1: AVX2, 2: AVX-512; the tests compare
 // them); nullptr where there is none.
@@ -437,11 +448,19 @@ at::Tensor linear_panels(const at::Tensor& x_in, const at::Tensor& packed, const
   const float* xp = x.data_ptr<float>();
   const float* wp = packed.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  // Added as each output is stored (an ATen add_ afterwards was a call of its own, some 4 us a
+  // decode step's layer).
+  at::Tensor b;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->dim() == 1 && bias->size(0) == n,
+                "linear_panels: the bias must be float32 [", n, "]");
+    b = bias->contiguous();
+  }
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   // One panel per task at least: at these sizes the other thread is spinning, ready, and a panel
   // is some 10k multiply-adds per 16 rows.
   at::parallel_for(0, (n + kPanel - 1) / kPanel, 1,
-                   [&](int64_t begin, int64_t end) { fn(xp, m, k_len, wp, n, yp, begin, end); });
-  if (bias.has_value()) y.add_(*bias);
+                   [&](int64_t begin, int64_t end) { fn(xp, m, k_len, wp, bp, n, yp, begin, end); });
   return y;
 }
 
