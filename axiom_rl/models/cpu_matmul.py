@@ -147,11 +147,12 @@ def pack_frozen_linear_layers(model: Any) -> int:
     """For a network that never trains (full fine-tuning's frozen reference): lay out the weight of
     each plain float32 nn.Linear on the CPU once for oneDNN, in place of the plain weight, which
     becomes None (the same memory). Given an unpacked weight, oneDNN lays it out again on every
-    call: a reference pass of the step benchmark's model makes 58 such calls, some 3 ms of its
-    48 (docs/benchmarks.md). The same bits. Weights that another module shares (an output layer
+    call: a reference pass of the step benchmark's model makes 58 such calls, some 2 ms of its
+    49 (docs/benchmarks.md). The same bits. Weights that another module shares (an output layer
     tied to the embedding), or that train, stay as they are. The packed layers compute without
-    autograd. Returns how many were packed; 0 where oneDNN does not run float32 linear layers here.
-    Call it before `route_linear_layers`, which then leaves the packed layers alone."""
+    autograd, and only on the CPU: the network stays where it is. Returns how many were packed;
+    0 where oneDNN does not run float32 linear layers here. Call it before `route_linear_layers`,
+    which then leaves the packed layers alone."""
     if backend() != "onednn" or not PACK_FROZEN:
         return 0
     seen: set[int] = set()

@@ -318,8 +318,8 @@ def _forward(
 def _rows_of_each_prompt(cache: torch.Tensor, g: int, filled: int) -> torch.Tensor:
     """A prefill's cache [L, B, kvh, T, hd] for G rows of each prompt, [L, B*G, kvh, T, hd]: only its
     first `filled` slots (the prompts) are copied; the rest hold nothing yet, and decoding writes
-    each before anything reads it. (repeat_interleave copied every slot: at the step benchmark's
-    sizes three quarters of a copy of 1 ms a rollout.)"""
+    each before anything reads it. (repeat_interleave copied every slot, three quarters of them
+    unwritten at the step benchmark's sizes.)"""
     layers, b, heads, total, hd = cache.shape
     rows = cache.new_empty((layers, b * g, heads, total, hd))
     rows.view(layers, b, g, heads, total, hd)[..., :filled, :].copy_(cache[:, :, None, :, :filled])
