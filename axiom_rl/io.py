@@ -244,5 +244,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[JsonlLine]:
         try:
             lines.append(JsonlLine(i, value=json.loads(raw)))
         except json.JSONDecodeError as e:
-            lines.append(JsonlLine(i, error=f"not valid JSON ({e.msg} at column {e.colno})"))
+            # Some of json's messages end in "at" ("Unterminated string starting at"): one "at".
+            where = "column" if e.msg.endswith(" at") else "at column"
+            lines.append(JsonlLine(i, error=f"not valid JSON ({e.msg} {where} {e.colno})"))
     return lines

@@ -139,3 +139,15 @@ def test_jsonl_is_read_with_a_byte_order_mark_or_gzipped(tmp_path):
         == lines(packed)
         == [(1, {"a": 1}, False), (3, None, True), (4, {"b": 2}, False)]
     )
+
+
+def test_a_bad_jsonl_line_names_its_column_once(tmp_path):
+    from axiom_rl.io import read_jsonl
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"ok": 1}\n{"text": "no end\n[1, 2,]\n')
+    errors = [line.error for line in read_jsonl(path) if line.error]
+    assert errors == [
+        "not valid JSON (Unterminated string starting at column 10)",
+        "not valid JSON (Expecting value at column 7)",
+    ]
