@@ -306,15 +306,16 @@ at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, cons
 // library's matmul.
 
 constexpr int64_t kPanel = 16;
-// How far ahead of the panel row in use the kernel asks for the weight's memory: 4 KiB, 64 rows of
-// the panel (past its end, the next panel's, which follow in memory). A token step streams the
-// whole model's weights (11.8 MB at the step benchmark's size), more than the L2 caches hold; where
-// they come from the L3 cache the hardware's prefetchers keep up, but where other processes (or a
-// VM's neighbours) have pushed them out to DRAM, the kernel waited on each line: 16 rows x 16
-// columns of sums per line leave too little work to hide the latency. Measured
-// (docs/benchmarks.md, stop 37): the weights of one token step from DRAM, 1,070 -> 683-747 us;
-// from the L3 cache, 532-544 -> 508-528 us. A prefetch changes no value.
-constexpr std::uintptr_t kPrefetchBytes = 4096;
+// How far ahead of the panel row in use the kernel asks for the weight's memory, into the L2 cache
+// (prefetcht1): 8 KiB, 128 rows of the panel (past its end, the next panel's, which follow in
+// memory). A token step streams the whole model's weights (11.8 MB at the step benchmark's size),
+// more than the L2 caches hold; where they come from the L3 cache the hardware's prefetchers keep
+// up, but where other processes (or a VM's neighbours) have pushed them out to DRAM, the kernel
+// waited on each line: 16 rows x 16 columns of sums per line leave too little work to hide the
+// latency. Measured (docs/benchmarks.md, stop 37), a token step's weights from DRAM: 1,070 us
+// without, 646-675 asking 4 KiB ahead into L1, 570-603 this way; from the L3 cache, 532-544
+// without, 508-510 this way. A prefetch changes no value.
+constexpr std::uintptr_t kPrefetchBytes = 8192;
 
 at::Tensor pack_panels(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat, "pack_panels: a float32 [N, K] weight");
@@ -350,7 +351,7 @@ __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ 
     for (int h = 0; h < H; ++h) acc[r][h] = V{};
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panel) + kPrefetchBytes;
   for (int64_t k = 0; k < k_len; ++k) {
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead + k * kPanel * sizeof(float)), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(ahead + k * kPanel * sizeof(float)), 0, 2);
     V w[H];
 #pragma GCC unroll 2
     for (int h = 0; h < H; ++h) w[h] = load<V>(panel + k * kPanel + h * (kPanel / H));
