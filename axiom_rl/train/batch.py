@@ -153,7 +153,12 @@ def _shared_prompt_logits(
         input_ids=batch.input_ids[firsts, :p],
         attention_mask=batch.attention_mask[firsts, :p],
         position_ids=batch.position_ids[firsts, :p],
-        logits_to_keep=1,
+        # The last position, as an index rather than `1`: indexing copies it out contiguous, where
+        # a slice would leave a strided view, which ATen's matmul multiplies by the lm_head as one
+        # matrix product when the weight requires grad but batched when it does not (a frozen
+        # reference), and the two round differently (MKL on an Intel CPU): the reference's
+        # log-probs would not be the policy's, bit for bit, at the same weights.
+        logits_to_keep=torch.tensor([p - 1], device=batch.input_ids.device),
         use_cache=True,
     )
     cache = prompt.past_key_values
