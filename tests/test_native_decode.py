@@ -272,6 +272,25 @@ def test_the_linear_kernel_agrees_with_f_linear_on_every_instruction_set_and_thr
 
 
 @needs_compiler
+@pytest.mark.parametrize("outputs", [16, 3])  # a full panel (the vector tiles) and a narrow one
+def test_the_linear_kernel_fuses_each_multiply_and_add(outputs):
+    """Each product is added by a fused multiply-add, rounded once (as MKL's and oneDNN's
+    kernels do): a product's bits below float32's precision survive its addition."""
+    if not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+    a = 1 + 2**-12  # a * a = 1 + 2**-11 + 2**-24: the last term is lost when the product is rounded
+    x = torch.tensor([[1.0, a]] * 16)
+    weight = torch.tensor([[-(1 + 2**-11), a]] * outputs)
+    for isa in (1, 2):
+        try:
+            y = torch.ops.axiom_rl.linear_panels(x, native.pack_panels(weight), None, isa)
+        except RuntimeError as e:
+            assert isa == 2 and "no kernel for this CPU" in str(e)
+            continue
+        assert torch.equal(y, torch.full((16, outputs), 2.0**-24))  # not 0, a rounded product's sum
+
+
+@needs_compiler
 def test_the_linear_kernel_refuses_what_it_does_not_cover():
     if not panel_kernel():
         pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")

@@ -300,10 +300,13 @@ at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, cons
 // one [K, N mod 16] where N is not a multiple of 16), stored in a tensor of the weight's own shape
 // [N, K]: its values, in another order. A tile of R rows keeps R x 16 sums in registers while one
 // panel streams past; the panel stays in the L1 cache for the next tile of rows. Every output is
-// summed by one thread, over k in order, a product rounded and then added (no fused multiply-add:
-// built with -ffp-contract=off), so the AVX-512 and AVX2 versions and any number of threads give
-// the same bits. Only x86-64 CPUs with AVX2 get it (`panel_kernel`); elsewhere native.py keeps the
-// library's matmul.
+// summed by one thread, over k in order, each product added by a fused multiply-add, so the
+// AVX-512 and AVX2 versions and any number of threads give the same bits. Fused, because a
+// multiply and a separate add are two instructions on the same two ports of an Intel core: on a
+// Xeon with AVX-512, a token step's 17 linear layers took 643-778 us with them, 446-482 fused
+// (MKL: 752-966); AMD's cores add on pipes of their own, where the two forms take the same time.
+// Only x86-64 CPUs with AVX2 and FMA get it, built by GCC (`panel_kernel`); elsewhere native.py
+// keeps the library's matmul.
 
 constexpr int64_t kPanel = 16;
 // How far ahead of the panel row in use the kernel asks for the weight's memory, into the L2 cache
@@ -331,18 +334,18 @@ at::Tensor pack_panels(const at::Tensor& w) {
   return packed;
 }
 
-#ifdef AXIOM_VECTOR_TYPES
+#ifdef AXIOM_VECTOR_OPS
 #define AXIOM_PANELS 1
-using axiom_vec::f32x16;
-using axiom_vec::f32x8;
 using axiom_vec::load;
 using axiom_vec::store;
 
-// R rows of y, one full panel: V is the vector type (16 or 8 lanes), H = 16 / lanes per panel.
-template <typename V, int R>
+// R rows of y, one full panel: I is the instruction set (vector_ops.h: its vector type V of 16 or
+// 8 lanes, splat and fma), H = 16 / lanes per panel.
+template <typename I, int R>
 __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ x, int64_t k_len,
                                                        const float* __restrict__ panel, const float* __restrict__ bias,
                                                        float* __restrict__ y, int64_t ldy) {
+  using V = typename I::V;
   constexpr int H = kPanel * sizeof(float) / sizeof(V);
   V acc[R][H];
 #pragma GCC unroll 16
@@ -357,9 +360,9 @@ __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ 
     for (int h = 0; h < H; ++h) w[h] = load<V>(panel + k * kPanel + h * (kPanel / H));
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const float xv = x[r * k_len + k];
+      const V xv = I::splat(x[r * k_len + k]);
 #pragma GCC unroll 2
-      for (int h = 0; h < H; ++h) acc[r][h] += xv * w[h];
+      for (int h = 0; h < H; ++h) acc[r][h] = I::fma(xv, w[h], acc[r][h]);
     }
   }
   if (bias != nullptr) {  // the sum, then the bias: one rounding, as adding it to y afterwards
@@ -378,52 +381,54 @@ __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ 
 }
 
 // All m rows against one full panel: tiles of R rows, then of R / 2, ... down to one.
-template <typename V, int R>
+template <typename I, int R>
 __attribute__((always_inline)) inline void panel_rows(const float* x, int64_t m, int64_t k_len, const float* panel,
                                                       const float* bias, float* y, int64_t ldy) {
   int64_t r = 0;
-  for (; r + R <= m; r += R) panel_tile<V, R>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy);
+  for (; r + R <= m; r += R) panel_tile<I, R>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy);
   if constexpr (R > 1) {
-    if (r < m) panel_rows<V, R / 2>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy);
+    if (r < m) panel_rows<I, R / 2>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy);
   }
 }
 
-// The last, narrower panel ([K, cols]): one sum at a time, in the same order as the tiles.
+// The last, narrower panel ([K, cols]): one sum at a time, in the same order and with the same
+// fused multiply-adds as the tiles.
 __attribute__((always_inline)) inline void narrow_panel(const float* x, int64_t m, int64_t k_len, const float* panel,
                                                         int64_t cols, const float* bias, float* y, int64_t ldy) {
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < k_len; ++k) acc += x[r * k_len + k] * panel[k * cols + c];
+      for (int64_t k = 0; k < k_len; ++k) acc = std::fma(x[r * k_len + k], panel[k * cols + c], acc);
       y[r * ldy + c] = bias != nullptr ? acc + bias[c] : acc;
     }
 }
 
 // Panels [begin, end) of y, in tiles of R rows (as many as the registers hold) and what is left.
-template <typename V, int R>
+template <typename I, int R>
 __attribute__((always_inline)) inline void panels(const float* x, int64_t m, int64_t k_len, const float* packed,
                                                   const float* bias, int64_t n, float* y, int64_t begin, int64_t end) {
   for (int64_t p = begin; p < end; ++p) {
     const float* panel = packed + p * k_len * kPanel;
     const float* panel_bias = bias != nullptr ? bias + p * kPanel : nullptr;
     if ((p + 1) * kPanel <= n)
-      panel_rows<V, R>(x, m, k_len, panel, panel_bias, y + p * kPanel, n);
+      panel_rows<I, R>(x, m, k_len, panel, panel_bias, y + p * kPanel, n);
     else
       narrow_panel(x, m, k_len, panel, n - p * kPanel, panel_bias, y + p * kPanel, n);
   }
 }
 
 // 32 vector registers: 16 rows x one 16-lane sum each, the panel's row, and the broadcast.
-__attribute__((target("avx512f"))) void panels_avx512(const float* x, int64_t m, int64_t k_len,
-                                                      const float* packed, const float* bias, int64_t n, float* y,
-                                                      int64_t begin, int64_t end) {
-  panels<f32x16, 16>(x, m, k_len, packed, bias, n, y, begin, end);
+__attribute__((target("avx512f"), flatten)) void panels_avx512(const float* x, int64_t m, int64_t k_len,
+                                                                const float* packed, const float* bias, int64_t n,
+                                                                float* y, int64_t begin, int64_t end) {
+  panels<axiom_vec::Avx512, 16>(x, m, k_len, packed, bias, n, y, begin, end);
 }
 
 // 16 vector registers: 6 rows x two 8-lane sums, the panel's row (two), and the broadcast.
-__attribute__((target("avx2"))) void panels_avx2(const float* x, int64_t m, int64_t k_len, const float* packed,
-                                                 const float* bias, int64_t n, float* y, int64_t begin, int64_t end) {
-  panels<f32x8, 6>(x, m, k_len, packed, bias, n, y, begin, end);
+__attribute__((target("avx2,fma"), flatten)) void panels_avx2(const float* x, int64_t m, int64_t k_len,
+                                                              const float* packed, const float* bias, int64_t n,
+                                                              float* y, int64_t begin, int64_t end) {
+  panels<axiom_vec::Avx2, 6>(x, m, k_len, packed, bias, n, y, begin, end);
 }
 #endif
 
@@ -434,7 +439,8 @@ using PanelsFn = void (*)(const float*, int64_t, int64_t, const float*, const fl
 // them); nullptr where there is none.
 PanelsFn panels_for(int64_t isa) {
 #ifdef AXIOM_PANELS
-  const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if ((isa == 0 || isa == 2) && avx512) return panels_avx512;
   if ((isa == 0 || isa == 1) && avx2) return panels_avx2;
 #endif

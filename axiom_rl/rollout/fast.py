@@ -13,9 +13,9 @@ CPU. This loop runs the same arithmetic with nothing else:
 - sampling (temperature, top-p) on the device with the global torch RNG, so seeds decide it;
 - LoRA adapters are folded into temporary effective weights for the rollout (W + scale * B A),
   so an adapted model decodes as fast as a plain one;
-- in float32 on CPUs where oneDNN's matmuls beat MKL's (models/cpu_matmul.py), the weights are
-  packed once per rollout: for the C++ step's own linear kernel, which both steps and the prefill
-  call (native.py), or where it does not run, for oneDNN;
+- in float32 on a CPU the weights are packed once per rollout: for the C++ step's own linear
+  kernel, which both steps and the prefill call (native.py), or where it does not run, for oneDNN
+  on CPUs where oneDNN's matmuls beat MKL's (models/cpu_matmul.py);
 - in float32 on a CPU the decode step runs as one C++ call (decode_step.cpp, built once by
   native.py): attention and the element-wise work between the linear layers in loops of its
   own, without the interpreter's or ATen's cost around each of some 30 calls a layer, so the
@@ -114,8 +114,8 @@ class _Weights:
     """The policy's current weights, in the layout the loop uses (built once per rollout)."""
 
     def __init__(self, model: Any, packing: native.PackedLinear | None = None) -> None:
-        """`packing`: (linear, pack) for float32 linear layers on a CPU where oneDNN runs them;
-        by default native.rollout_linear()'s choice."""
+        """`packing`: (linear, pack) for float32 linear layers on a CPU; by default
+        native.rollout_linear()'s choice."""
         base = _base_model(model)
         cfg = base.config
         self.heads = cfg.num_attention_heads
@@ -156,11 +156,14 @@ class _Weights:
             self.lm_head.shape[0],
             self.layers[0].wgu.shape[0] // 2,
         )  # before packing
-        # Where float32 matmuls go through oneDNN on this CPU, their weights are laid out once per
-        # rollout, not on every call: for the C++ step's own kernel where it runs, else for oneDNN.
+        # float32 weights on a CPU are laid out once per rollout, not on every call: for the C++
+        # step's own kernel where it runs, else for oneDNN where oneDNN runs the model's matmuls.
         self.linear: Callable[..., torch.Tensor] = F.linear
-        if cpu_matmul.applies(self.embed):
-            self.linear, pack = packing or native.rollout_linear()
+        chosen = None
+        if self.embed.device.type == "cpu" and self.embed.dtype == torch.float32:
+            chosen = packing or native.rollout_linear(onednn=cpu_matmul.applies(self.embed))
+        if chosen is not None:
+            self.linear, pack = chosen
             self.lm_head = pack(self.lm_head)
             for layer in self.layers:
                 for name in ("wqkv", "wo", "wgu", "wdown"):

@@ -12,11 +12,12 @@ only where a uniform draw falls that close to the edge between two tokens. With 
 off it makes the same ATen calls as fast._forward, in the same order, and computes the same
 bits.
 
-The same library holds the rollout's float32 linear layers where oneDNN would run them (x86 CPUs
-not Intel's, models/cpu_matmul.py) and the CPU has AVX2 (`MATMUL_KERNEL`): `linear_panels`, for
-the few rows of a decode step, where oneDNN's fixed cost per call is most of the time. Its weights
-are packed once per rollout (`pack_panels`, in place of oneDNN's packing), and the Python step
-and the prefill call it too, so both steps still compute the same bits. Its sums round like any
+The same library holds the rollout's float32 linear layers where the CPU has AVX2
+(`MATMUL_KERNEL`), whichever library runs the training passes' (oneDNN on x86 CPUs not Intel's,
+MKL on Intel's: models/cpu_matmul.py): `linear_panels`, for the few rows of a decode step,
+where either library's fixed cost per call is most of the time. Its weights are packed once per
+rollout (`pack_panels`), and the Python step and the prefill call it too, so both steps still
+compute the same bits. Its sums round like any
 float32 matmul's, in another order than oneDNN's: a seeded rollout samples other tokens than
 with oneDNN, and the same ones run after run, with any number of threads, on AVX2 and AVX-512.
 
@@ -232,12 +233,16 @@ def _packed_linear(panels: bool) -> PackedLinear:
     return (linear_panels, pack_panels) if panels else (cpu_matmul.linear_packed, cpu_matmul.pack)
 
 
-def rollout_linear() -> PackedLinear:
-    """(linear, pack) for a rollout's float32 linear layers on a CPU where oneDNN runs them
-    (cpu_matmul.applies): this library's kernel where it is built and the CPU has one for it
-    (`MATMUL_KERNEL`), else oneDNN's packed matmul."""
-    panels = MATMUL_KERNEL and choice() != "python" and op() is not None and torch.ops.axiom_rl.panel_kernel()
-    return _packed_linear(panels)
+def rollout_linear(onednn: bool) -> PackedLinear | None:
+    """(linear, pack) for a rollout's float32 linear layers on a CPU: this library's kernel where
+    it is built and the CPU has one for it (`MATMUL_KERNEL`), whichever library the training
+    passes use (at a decode step's few rows MKL's fixed cost per call is most of the time too:
+    on an Intel Xeon a 4 x 4, 64-token rollout took 116-131 ms a step through MKL, 87 through
+    the panels); else oneDNN's packed matmul where oneDNN runs the model's linear layers
+    (`onednn`: cpu_matmul.applies); else None, F.linear."""
+    if MATMUL_KERNEL and choice() != "python" and op() is not None and torch.ops.axiom_rl.panel_kernel():
+        return _packed_linear(True)
+    return _packed_linear(False) if onednn else None
 
 
 def applies(w: Any) -> bool:
