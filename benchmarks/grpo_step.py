@@ -111,7 +111,11 @@ ABLATIONS = {
         "the C++ step's attention and element-wise work in ATen's calls, not its own loops (CPU only)",
         {},
     ),
-    "onednn-linear": ("the rollout's linear layers in oneDNN, not the C++ step's kernel (CPU only)", {}),
+    "onednn-linear": (
+        "the rollout's linear layers in the library that trains (oneDNN; MKL on Intel CPUs), not the C++ step's "
+        "kernel (CPU only)",
+        {},
+    ),
     "aten-silu": (
         "the training passes' SiLU and product in ATen's calls, not the fused kernels (CPU only)",
         {},

@@ -307,6 +307,31 @@ def test_the_linear_kernel_refuses_what_it_does_not_cover():
         native.pack_panels(torch.randn(4, 8, 2))
 
 
+@needs_compiler
+@pytest.mark.parametrize("training_library", ["default", "onednn"])
+def test_the_rollout_takes_the_linear_kernel_whichever_library_trains(training_library, monkeypatch):
+    """MKL (an Intel CPU's default) trains or oneDNN does: a float32 rollout's weights are packed
+    for the C++ step's kernel either way; without the kernel, oneDNN's packing where oneDNN
+    trains, else F.linear on the plain weights."""
+    if training_library == "onednn" and not cpu_matmul.onednn_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    monkeypatch.setenv(cpu_matmul.ENV, training_library)
+    cpu_matmul.backend.cache_clear()
+    try:
+        model, _ = float32_model("qwen2", seed=2)
+        with torch.inference_mode():
+            if panel_kernel():
+                assert fast._Weights(model).linear is native.linear_panels
+            monkeypatch.setattr(native, "MATMUL_KERNEL", False)
+            w = fast._Weights(model)
+        expected = LINEAR_OF["onednn" if training_library == "onednn" else "default"]
+        assert w.linear is expected
+        if training_library == "default":  # the plain weights, not a packed copy
+            assert w.lm_head.data_ptr() == model.lm_head.weight.data_ptr()
+    finally:
+        cpu_matmul.backend.cache_clear()
+
+
 def rollout(model, tok, decode: str, seed: int = 11):
     backend = fast.FastBackend()
     backend.decode = decode
