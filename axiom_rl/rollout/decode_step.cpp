@@ -304,7 +304,8 @@ at::Tensor attend_one_token(const at::Tensor& q_in, const at::Tensor& keys, cons
 // AVX-512 and AVX2 versions and any number of threads give the same bits. Fused, because a
 // multiply and a separate add are two instructions on the same two ports of an Intel core: on a
 // Xeon with AVX-512, a token step's 17 linear layers took 643-778 us with them, 446-482 fused
-// (MKL: 752-966); AMD's cores add on pipes of their own, where the two forms take the same time.
+// (MKL: 752-966). AMD's cores add on pipes of their own, where the two forms should take the same
+// time (not measured).
 // Only x86-64 CPUs with AVX2 and FMA get it, built by GCC (`panel_kernel`); elsewhere native.py
 // keeps the library's matmul.
 

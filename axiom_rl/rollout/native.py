@@ -12,14 +12,14 @@ only where a uniform draw falls that close to the edge between two tokens. With 
 off it makes the same ATen calls as fast._forward, in the same order, and computes the same
 bits.
 
-The same library holds the rollout's float32 linear layers where the CPU has AVX2
+The same library holds the rollout's float32 linear layers where the CPU has AVX2 and FMA
 (`MATMUL_KERNEL`), whichever library runs the training passes' (oneDNN on x86 CPUs not Intel's,
-MKL on Intel's: models/cpu_matmul.py): `linear_panels`, for the few rows of a decode step,
-where either library's fixed cost per call is most of the time. Its weights are packed once per
+MKL on Intel's: models/cpu_matmul.py): `linear_panels`, for the few rows of a decode step, where
+either library's fixed cost per call is most of the time. Its weights are packed once per
 rollout (`pack_panels`), and the Python step and the prefill call it too, so both steps still
-compute the same bits. Its sums round like any
-float32 matmul's, in another order than oneDNN's: a seeded rollout samples other tokens than
-with oneDNN, and the same ones run after run, with any number of threads, on AVX2 and AVX-512.
+compute the same bits. Its sums round like any float32 matmul's (fused multiply-adds), in another
+order than oneDNN's or MKL's: a seeded rollout samples other tokens than with either library, and
+the same ones run after run, with any number of threads, on AVX2 and AVX-512.
 
 The library also holds the training passes' kernels: the fused SiLU (models/silu_mul.cpp, used by
 models/activation_memory.py), attention, RMSNorm and rotary embedding (models/attention.cpp,
@@ -237,8 +237,9 @@ def rollout_linear(onednn: bool) -> PackedLinear | None:
     """(linear, pack) for a rollout's float32 linear layers on a CPU: this library's kernel where
     it is built and the CPU has one for it (`MATMUL_KERNEL`), whichever library the training
     passes use (at a decode step's few rows MKL's fixed cost per call is most of the time too:
-    on an Intel Xeon a 4 x 4, 64-token rollout took 116-131 ms a step through MKL, 87 through
-    the panels); else oneDNN's packed matmul where oneDNN runs the model's linear layers
+    on an Intel Xeon the step benchmark's rollout took 89-92 ms a step through MKL, 68-77 through
+    the kernel, in the same invocations); else oneDNN's packed matmul where oneDNN runs the
+    model's linear layers
     (`onednn`: cpu_matmul.applies); else None, F.linear."""
     if MATMUL_KERNEL and choice() != "python" and op() is not None and torch.ops.axiom_rl.panel_kernel():
         return _packed_linear(True)
