@@ -30,7 +30,7 @@ needs_compiler = pytest.mark.skipif(
 
 
 def panel_kernel() -> bool:
-    """Whether decode_step.cpp's linear kernel runs here (built, and an x86-64 CPU with AVX2)."""
+    """Whether decode_step.cpp's linear kernel runs here (built, and an x86-64 CPU with AVX2 and FMA)."""
     return native.op() is not None and torch.ops.axiom_rl.panel_kernel()
 
 
@@ -41,7 +41,7 @@ def linear_library(request, monkeypatch):
     if request.param != "default" and not cpu_matmul.onednn_available():
         pytest.skip("this PyTorch build has no oneDNN, so the rollout keeps F.linear")
     if request.param == "panels" and not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
     monkeypatch.setenv(cpu_matmul.ENV, "default" if request.param == "default" else "onednn")
     monkeypatch.setattr(native, "MATMUL_KERNEL", request.param == "panels")
     cpu_matmul.backend.cache_clear()
@@ -243,7 +243,7 @@ def test_the_linear_kernel_agrees_with_f_linear_on_every_instruction_set_and_thr
     rows, inputs, outputs
 ):
     if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
     gen = torch.Generator().manual_seed(rows + inputs + outputs)
     x = torch.randn((2, rows, inputs), generator=gen)  # leading dimensions, as the step passes them
     weight, bias = torch.randn((outputs, inputs), generator=gen), torch.randn(outputs, generator=gen)
@@ -277,7 +277,7 @@ def test_the_linear_kernel_fuses_each_multiply_and_add(outputs):
     """Each product is added by a fused multiply-add, rounded once (as MKL's and oneDNN's
     kernels do): a product's bits below float32's precision survive its addition."""
     if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
     a = 1 + 2**-12  # a * a = 1 + 2**-11 + 2**-24: the last term is lost when the product is rounded
     x = torch.tensor([[1.0, a]] * 16)
     weight = torch.tensor([[-(1 + 2**-11), a]] * outputs)
@@ -293,7 +293,7 @@ def test_the_linear_kernel_fuses_each_multiply_and_add(outputs):
 @needs_compiler
 def test_the_linear_kernel_refuses_what_it_does_not_cover():
     if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2)")
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
     packed = native.pack_panels(torch.randn(4, 8))
     with pytest.raises(RuntimeError, match="x has 6 features, the weight 8"):
         native.linear_panels(torch.randn(2, 6), packed)
@@ -324,8 +324,7 @@ def test_the_rollout_takes_the_linear_kernel_whichever_library_trains(training_l
                 assert fast._Weights(model).linear is native.linear_panels
             monkeypatch.setattr(native, "MATMUL_KERNEL", False)
             w = fast._Weights(model)
-        expected = LINEAR_OF["onednn" if training_library == "onednn" else "default"]
-        assert w.linear is expected
+        assert w.linear is LINEAR_OF[training_library]
         if training_library == "default":  # the plain weights, not a packed copy
             assert w.lm_head.data_ptr() == model.lm_head.weight.data_ptr()
     finally:

@@ -239,8 +239,7 @@ def rollout_linear(onednn: bool) -> PackedLinear | None:
     passes use (at a decode step's few rows MKL's fixed cost per call is most of the time too:
     on an Intel Xeon the step benchmark's rollout took 89-92 ms a step through MKL, 68-77 through
     the kernel, in the same invocations); else oneDNN's packed matmul where oneDNN runs the
-    model's linear layers
-    (`onednn`: cpu_matmul.applies); else None, F.linear."""
+    model's linear layers (`onednn`: cpu_matmul.applies); else None, F.linear."""
     if MATMUL_KERNEL and choice() != "python" and op() is not None and torch.ops.axiom_rl.panel_kernel():
         return _packed_linear(True)
     return _packed_linear(False) if onednn else None
