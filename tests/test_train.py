@@ -34,6 +34,7 @@ from axiom_rl.tasks import Task, generate_problems, register_task
 from axiom_rl.tasks.registry import TASKS
 from axiom_rl.train.batch import (
     TokenBatch,
+    _select_rows,
     _shared_prompt_logits,
     build_batch,
     completion_logprobs,
@@ -576,6 +577,39 @@ def test_shared_prompt_passes_give_the_plain_passes_log_probs_and_gradients():
             mask = batch.completion_mask
             assert torch.allclose(adapter_off[0] * mask, adapter_off[1] * mask, atol=1e-5)
             assert not torch.allclose(adapter_off[0] * mask, with_adapter * mask, atol=1e-3)
+
+
+def test_selecting_cache_rows_matches_transformers_own_selection_and_its_gradients():
+    """The shared prompt pass's cache, gathered to every row by index_select, must hold what
+    transformers' batch_select_indices gives, and send back the same gradient bits."""
+    policy = load_policy(
+        "tiny", tiny_size="nano", finetune="full", seed=0, need_reference=False, dtype="fp32"
+    )
+    batch = grouped_batch(policy, [5, 9], 3, [4] * 6)
+    firsts, run_of_row = prompt_runs(batch)
+    p = batch.input_ids.shape[1] - batch.completion_length
+    selected = []
+    for select in (_select_rows, lambda cache, index: cache.batch_select_indices(index)):
+        policy.model.zero_grad(set_to_none=True)
+        out = policy.model(
+            input_ids=batch.input_ids[firsts, :p],
+            attention_mask=batch.attention_mask[firsts, :p],
+            position_ids=batch.position_ids[firsts, :p],
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        select(cache, run_of_row)
+        tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        assert len(tensors) == 2 * policy.model.config.num_hidden_layers
+        assert all(t.shape[0] == len(run_of_row) for t in tensors)
+        weights = torch.linspace(-1.0, 1.0, len(run_of_row))[:, None, None, None]
+        sum((t * weights).sin().sum() for t in tensors).backward()  # rows weighted unlike each other
+        grads = {n: q.grad.clone() for n, q in policy.model.named_parameters() if q.grad is not None}
+        selected.append(([t.detach() for t in tensors], grads))
+    (ours, our_grads), (theirs, their_grads) = selected
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    assert our_grads.keys() == their_grads.keys() and our_grads
+    assert all(torch.equal(our_grads[n], their_grads[n]) for n in our_grads)
 
 
 def test_prompt_runs_group_neighbouring_rows_with_the_same_padded_prompt():
