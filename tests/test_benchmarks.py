@@ -76,6 +76,20 @@ def test_floor_is_the_slower_of_compute_and_memory(grpo_step):
     assert longer > 2 * work["decode"][1]  # twice the steps, each over a longer cache
 
 
+def test_the_floor_takes_the_best_of_the_run_s_measurements(grpo_step):
+    """A measurement taken while the shared host was busy reads slow; the floor is what the machine
+    allows, so each library's fastest rate, the highest bandwidth and each phase's shortest bound."""
+    Machine = grpo_step.Machine
+    busy = Machine({"torch": 1.8e11, "onednn": 2.4e11}, None, {"generation": 0.07, "backward": 0.05})
+    quiet = Machine({"torch": 3.1e11, "onednn": 2.3e11}, None, {"generation": 0.04, "backward": 0.06})
+    best = grpo_step.fastest([busy, quiet])
+    assert best.rates == {"torch": 3.1e11, "onednn": 2.4e11}
+    assert best.bound == {"generation": 0.04, "backward": 0.05}
+    assert best.bandwidth is None
+    gpu = grpo_step.fastest([Machine({"torch": 1.0}, 2e12, {}), Machine({"torch": 2.0}, 3e12, {})])
+    assert gpu.bandwidth == 3e12 and gpu.rates == {"torch": 2.0}
+
+
 def test_training_passes_count_each_prompt_once_per_group(grpo_step):
     """16 rows as 4 prompts x G=4 need less training-pass work than 16 prompts x G=1: the same
     completions, but a quarter of the prompt tokens (each group's prompt runs once)."""
