@@ -127,6 +127,45 @@ def test_the_step_s_own_kernels_refuse_a_token_or_position_out_of_range():
 
 
 @needs_compiler
+@pytest.mark.parametrize("own_kernels", [True, False], ids=["own-kernels", "aten-ops"])
+def test_rows_of_one_prompt_read_its_slots_from_the_first_row_with_the_same_bits(own_kernels):
+    """A rollout's G rows of a prompt hold the same first slots (the prompt's keys and values,
+    copied to each): the step's attention kernel reads them from each run's first row, and gives
+    the bits it gives reading every row's own. Garbage in the other rows' copies shows it reads
+    no other (ATen's calls read each row's own copy, which then differ)."""
+    model, _ = float32_model("qwen2", seed=1)
+    with torch.inference_mode():
+        w = fast._Weights(model)
+        step = native._bind(native.op(), w, own_kernels=own_kernels)
+        g, prompts, prompt_slots, slot = 3, 2, 4, 6
+        ids, positions, cache_k, cache_v, _, mask, cos, sin = one_step_inputs(w, n=g * prompts, slot=slot)
+        for cache in (cache_k, cache_v):  # each prompt's slots copied to its rows
+            view = cache.view(len(w.layers), prompts, g, w.kv_heads, slot + 1, w.head_dim)
+            view[:, :, 1:, :, :prompt_slots] = view[:, :, :1, :, :prompt_slots]
+        copied = step(ids, positions, cache_k.clone(), cache_v.clone(), slot, mask, cos, sin)
+        shared = step(
+            ids, positions, cache_k.clone(), cache_v.clone(), slot, mask, cos, sin,
+            rows_per_prompt=g, prompt_slots=prompt_slots,
+        )  # fmt: skip
+        assert torch.equal(shared, copied)
+        for cache in (cache_k, cache_v):  # the other rows' copies spoiled
+            cache.view(len(w.layers), prompts, g, w.kv_heads, slot + 1, w.head_dim)[
+                :, :, 1:, :, :prompt_slots
+            ] = 1e3
+        spoiled = step(
+            ids, positions, cache_k.clone(), cache_v.clone(), slot, mask, cos, sin,
+            rows_per_prompt=g, prompt_slots=prompt_slots,
+        )  # fmt: skip
+        assert torch.equal(spoiled, copied) == own_kernels
+        assert torch.equal(spoiled[::g], copied[::g])  # each prompt's first row reads its own either way
+        with pytest.raises(RuntimeError, match="rows_per_prompt must divide the rows"):
+            step(ids, positions, cache_k, cache_v, slot, mask, cos, sin, rows_per_prompt=4, prompt_slots=2)
+        past_the_prompt = {"rows_per_prompt": g, "prompt_slots": slot + 1}  # would share the slot written
+        with pytest.raises(RuntimeError, match="come before the slot written"):
+            step(ids, positions, cache_k, cache_v, slot, mask, cos, sin, **past_the_prompt)
+
+
+@needs_compiler
 def test_a_head_size_without_kernels_decodes_with_aten_s_calls_bit_for_bit():
     """Head size 24: the step falls back to the Python step's ATen calls, own kernels or not."""
     model, _ = other_architecture("llama", seed=2, hidden_size=96)

@@ -112,11 +112,12 @@ __attribute__((always_inline)) inline float fold_halves(axiom_vec::f32x16 acc) {
 // sums, folded in halves at the end.
 template <int HD>
 AXIOM_TARGETS void scores_one_pair(const float* __restrict__ q, const float* __restrict__ keys,
+                                   const float* __restrict__ prompt_keys, int64_t prompt_slots,
                                    const float* __restrict__ mask, float* __restrict__ scores, int64_t groups,
                                    int64_t t_len, int64_t key_row_stride, float scale) {
   static_assert(HD % kLanes == 0, "head size a multiple of kLanes");
   for (int64_t t = 0; t < t_len; ++t) {
-    const float* __restrict__ k = keys + t * key_row_stride;
+    const float* __restrict__ k = (t < prompt_slots ? prompt_keys : keys) + t * key_row_stride;
     for (int64_t g = 0; g < groups; ++g) {
       const float* __restrict__ qg = q + g * HD;
 #ifdef AXIOM_VECTOR_TYPES
@@ -144,6 +145,7 @@ AXIOM_TARGETS void scores_one_pair(const float* __restrict__ q, const float* __r
 // kept in registers while the value rows stream past once.
 template <int HD>
 AXIOM_TARGETS void values_one_pair(const float* __restrict__ probs, const float* __restrict__ values,
+                                   const float* __restrict__ prompt_values, int64_t prompt_slots,
                                    float* __restrict__ out, int64_t groups, int64_t t_len, int64_t value_row_stride) {
   for (int64_t g0 = 0; g0 < groups; g0 += 2) {  // two query heads at a time: 2 x HD sums in registers
     const bool pair = g0 + 1 < groups;
@@ -158,7 +160,7 @@ AXIOM_TARGETS void values_one_pair(const float* __restrict__ probs, const float*
     constexpr int kVectors = HD / kLanes;
     f32x16 a0[kVectors] = {}, a1[kVectors] = {};
     for (int64_t t = 0; t < t_len; ++t) {
-      const float* __restrict__ v = values + t * value_row_stride;
+      const float* __restrict__ v = (t < prompt_slots ? prompt_values : values) + t * value_row_stride;
       const float w0 = p0[t], w1 = p1[t];
 #pragma GCC unroll 8
       for (int c = 0; c < kVectors; ++c) {
@@ -175,7 +177,7 @@ AXIOM_TARGETS void values_one_pair(const float* __restrict__ probs, const float*
 #else
     float a0[HD] = {}, a1[HD] = {};
     for (int64_t t = 0; t < t_len; ++t) {
-      const float* __restrict__ v = values + t * value_row_stride;
+      const float* __restrict__ v = (t < prompt_slots ? prompt_values : values) + t * value_row_stride;
       const float w0 = p0[t], w1 = p1[t];
       for (int d = 0; d < HD; ++d) {
         a0[d] += w0 * v[d];
@@ -192,6 +194,10 @@ AXIOM_TARGETS void values_one_pair(const float* __restrict__ probs, const float*
 // Where attend_pairs reads and writes: q [N, kvh, G, hd] rows `q_row` apart (the G query heads of
 // a K/V head side by side), the caches [N, kvh, T, hd] with their strides, the additive mask [N, T]
 // rows `mask_row` apart, scores [N * kvh, G, T] contiguous, out [N, kvh, G, hd] rows `out_row` apart.
+// Each run of `rows_per_prompt` rows holds the same first `prompt_slots` slots (one prompt's, copied
+// to each of its completions): those are read from the run's first row, so a prompt's keys and
+// values cross from memory once a step for its rows, not once a row. The same values, summed in
+// the same order: the same bits.
 struct AttendArgs {
   const float* q;
   int64_t q_row;
@@ -205,6 +211,7 @@ struct AttendArgs {
   int64_t out_row;
   int64_t n, kvh, groups, t_len;
   float scale;
+  int64_t rows_per_prompt = 1, prompt_slots = 0;
 };
 
 template <int HD>
@@ -216,7 +223,9 @@ void attend_pairs(const AttendArgs& a, at::Tensor& scores) {
   at::parallel_for(0, a.n * kvh, grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t row = p / kvh, head = p % kvh;
+      const int64_t first = row - row % a.rows_per_prompt;  // the run's first row
       scores_one_pair<HD>(a.q + row * a.q_row + head * groups * HD, a.keys + row * a.key_row + head * a.key_head,
+                          a.keys + first * a.key_row + head * a.key_head, a.prompt_slots,
                           a.mask + row * a.mask_row, sp + p * groups * t_len, groups, t_len, a.key_slot, a.scale);
     }
   });
@@ -225,7 +234,9 @@ void attend_pairs(const AttendArgs& a, at::Tensor& scores) {
   at::parallel_for(0, a.n * kvh, grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t row = p / kvh, head = p % kvh;
+      const int64_t first = row - row % a.rows_per_prompt;
       values_one_pair<HD>(pp + p * groups * t_len, a.values + row * a.value_row + head * a.value_head,
+                          a.values + first * a.value_row + head * a.value_head, a.prompt_slots,
                           a.out + row * a.out_row + head * groups * HD, groups, t_len, a.value_slot);
     }
   });
@@ -677,7 +688,8 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
                       const at::Tensor& sin_in, const at::Tensor& embed, const at::Tensor& norm,
                       const at::Tensor& lm_head, at::TensorList weights,
                       const c10::List<std::optional<at::Tensor>>& qkv_bias, int64_t h, int64_t kvh, int64_t hd,
-                      double eps, int64_t linear_kind, at::TensorList record, int64_t record_at) {
+                      double eps, int64_t linear_kind, at::TensorList record, int64_t record_at,
+                      int64_t rows_per_prompt, int64_t prompt_slots) {
   const int64_t n = ids.size(0), d = embed.size(1), end = start + 1, groups = h / kvh;
   const int64_t q_width = h * hd, kv_width = kvh * hd, qkv_width = q_width + 2 * kv_width;
   TORCH_CHECK(embed.is_contiguous() && embed.scalar_type() == at::kFloat, "decode_step: a float32 embedding");
@@ -724,8 +736,10 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
         std::copy_n(new_v, hd, vp + r * layer_v.stride(0) + j * layer_v.stride(1) + start * layer_v.stride(2));
       }
     const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
-    attend(attend_args(qkvp, qkv_width, keys, values, mask, att.data_ptr<float>(), q_width, n, kvh, groups, scale),
-           scores);
+    AttendArgs args = attend_args(qkvp, qkv_width, keys, values, mask, att.data_ptr<float>(), q_width, n, kvh,
+                                  groups, scale);
+    args.rows_per_prompt = rows_per_prompt, args.prompt_slots = prompt_slots;
+    attend(args, scores);
     const at::Tensor o = linear(att, w[2], no_bias, linear_kind).contiguous();
     keep(record, 7 * i + 3, record_at, o.data_ptr<float>(), d, n, d);
     add_into(xp, o.data_ptr<float>(), n * d);
@@ -763,13 +777,22 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
                        int64_t h, int64_t kvh, int64_t hd, double eps, int64_t linear_kind,
                        bool own_kernels,
                        at::TensorList record,  // empty, or what each linear layer computes (keep)
-                       int64_t record_at) {
+                       int64_t record_at,
+                       // Each run of rows_per_prompt rows holds the same first prompt_slots slots
+                       // in its caches (a prompt's, for its completions): the attention kernel
+                       // reads them from the run's first row (AttendArgs). The ATen step reads
+                       // each row's own copy: the same values.
+                       int64_t rows_per_prompt, int64_t prompt_slots) {
   TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "decode_step takes one token per row");
   TORCH_CHECK(weights.size() == 6 * qkv_bias.size(), "decode_step: 6 weights per layer");
+  TORCH_CHECK(rows_per_prompt >= 1 && ids.size(0) % rows_per_prompt == 0 && prompt_slots >= 0 &&
+                  prompt_slots <= start,
+              "decode_step: rows_per_prompt must divide the rows, and the shared prompt_slots come before "
+              "the slot written");
   check_record(record, static_cast<int64_t>(qkv_bias.size()), ids.size(0), record_at);
   if (own_kernels && has_kernel(hd))
     return fused_step(ids, positions, cache_k, cache_v, start, mask, cos, sin, embed, norm, lm_head, weights,
-                      qkv_bias, h, kvh, hd, eps, linear_kind, record, record_at);
+                      qkv_bias, h, kvh, hd, eps, linear_kind, record, record_at, rows_per_prompt, prompt_slots);
   const int64_t n = ids.size(0), s = 1, end = start + s;
   const std::optional<at::Tensor> no_bias;
   const double scale = std::pow(static_cast<double>(hd), -0.5);  // Python's hd**-0.5
@@ -821,7 +844,7 @@ TORCH_LIBRARY(axiom_rl, m) {
       "decode_step(Tensor ids, Tensor positions, Tensor(a!) cache_k, Tensor(b!) cache_v, int start, "
       "Tensor mask, Tensor cos, Tensor sin, Tensor embed, Tensor norm, Tensor lm_head, Tensor[] weights, "
       "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool own_kernels, "
-      "Tensor(c!)[] record, int record_at) -> Tensor");
+      "Tensor(c!)[] record, int record_at, int rows_per_prompt=1, int prompt_slots=0) -> Tensor");
   m.def("pack_panels(Tensor w) -> Tensor");
   m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");
   m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all

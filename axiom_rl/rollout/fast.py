@@ -576,6 +576,8 @@ class FastBackend:
         )
         # The eager token step: one C++ call where native.py has one for this model, else _forward.
         native_step = native.step_for(w) if static_step is None and self.decode != "python" else None
+        if native_step is not None:  # each prompt's G rows hold its p slots: read once for the G
+            native_step = functools.partial(native_step, rows_per_prompt=g, prompt_slots=p)
         eager_step = native_step or functools.partial(_forward, w)
         record = self._record(w, n, max_new_tokens - 1) if native_step is not None else None
         record_tensors = record.flat() if record is not None else []

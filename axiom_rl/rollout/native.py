@@ -279,8 +279,12 @@ def _bind(
     kernel = OWN_KERNELS if own_kernels is None else own_kernels
     shape = (w.heads, w.kv_heads, w.head_dim, w.eps)
     fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, kind, kernel)
-    # `record`: models/replay.LinearOutputs.flat(), filled at step `record_at` (decode_step.cpp's keep)
-    return lambda *args, record=(), record_at=0: built(*args, *fixed, list(record), record_at)
+    # `record`: models/replay.LinearOutputs.flat(), filled at step `record_at` (decode_step.cpp's keep).
+    # `rows_per_prompt`, `prompt_slots`: each run of that many rows holds the same first slots in
+    # its caches (a prompt's, for its completions), which the attention kernel then reads once.
+    return lambda *args, record=(), record_at=0, rows_per_prompt=1, prompt_slots=0: built(
+        *args, *fixed, list(record), record_at, rows_per_prompt, prompt_slots
+    )
 
 
 def _self_check(built: Callable[..., torch.Tensor]) -> str:
