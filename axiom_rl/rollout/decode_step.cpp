@@ -351,55 +351,66 @@ at::Tensor pack_panels(const at::Tensor& w) {
 using axiom_vec::load;
 using axiom_vec::store;
 
-// R rows of y, one full panel: I is the instruction set (vector_ops.h: its vector type V of 16 or
-// 8 lanes, splat and fma), H = 16 / lanes per panel.
-template <typename I, int R>
+// R rows of y against P neighbouring full panels (each [K, 16], one after the other in memory): I
+// is the instruction set (vector_ops.h: its vector type V of 16 or 8 lanes, splat and fma), H =
+// 16 / lanes vectors per panel row. Each row's broadcast serves P x H fused multiply-adds: one
+// panel's tile of R rows loads R + 1 values (and prefetches once) a k step for R multiply-adds
+// with 16 lanes, two panels' R + 2 (and two prefetches) for 2R, fewer loads for the two load ports
+// an Intel core has for its two FMA ports. Each sum is the same, over k in order, whatever R and
+// P: the same bits (the tests compare the AVX-512 kernel, which takes two panels, with the AVX2 one).
+template <typename I, int R, int P = 1>
 __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ x, int64_t k_len,
                                                        const float* __restrict__ panel, const float* __restrict__ bias,
                                                        float* __restrict__ y, int64_t ldy) {
   using V = typename I::V;
   constexpr int H = kPanel * sizeof(float) / sizeof(V);
-  V acc[R][H];
+  constexpr int kLanesPerVector = kPanel / H;
+  constexpr int J = P * H;  // vectors a row; vector j is columns [j * lanes, (j + 1) * lanes)
+  V acc[R][J];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int h = 0; h < H; ++h) acc[r][h] = V{};
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) acc[r][j] = V{};
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panel) + kPrefetchBytes;
+  const int64_t panel_size = k_len * kPanel;
   for (int64_t k = 0; k < k_len; ++k) {
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead + k * kPanel * sizeof(float)), 0, 2);
-    V w[H];
 #pragma GCC unroll 2
-    for (int h = 0; h < H; ++h) w[h] = load<V>(panel + k * kPanel + h * (kPanel / H));
+    for (int p = 0; p < P; ++p)
+      __builtin_prefetch(
+          reinterpret_cast<const void*>(ahead + (p * panel_size + k * kPanel) * sizeof(float)), 0, 2);
+    V w[J];
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) w[j] = load<V>(panel + (j / H) * panel_size + k * kPanel + (j % H) * kLanesPerVector);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const V xv = I::splat(x[r * k_len + k]);
-#pragma GCC unroll 2
-      for (int h = 0; h < H; ++h) acc[r][h] = I::fma(xv, w[h], acc[r][h]);
+#pragma GCC unroll 4
+      for (int j = 0; j < J; ++j) acc[r][j] = I::fma(xv, w[j], acc[r][j]);
     }
   }
   if (bias != nullptr) {  // the sum, then the bias: one rounding, as adding it to y afterwards
-    V b[H];
-#pragma GCC unroll 2
-    for (int h = 0; h < H; ++h) b[h] = load<V>(bias + h * (kPanel / H));
+    V b[J];
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) b[j] = load<V>(bias + j * kLanesPerVector);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-      for (int h = 0; h < H; ++h) acc[r][h] += b[h];
+#pragma GCC unroll 4
+      for (int j = 0; j < J; ++j) acc[r][j] += b[j];
   }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int h = 0; h < H; ++h) store<V>(y + r * ldy + h * (kPanel / H), acc[r][h]);
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) store<V>(y + r * ldy + j * kLanesPerVector, acc[r][j]);
 }
 
-// All m rows against one full panel: tiles of R rows, then of R / 2, ... down to one.
-template <typename I, int R>
+// All m rows against P neighbouring full panels: tiles of R rows, then of R / 2, ... down to one.
+template <typename I, int R, int P = 1>
 __attribute__((always_inline)) inline void panel_rows(const float* x, int64_t m, int64_t k_len, const float* panel,
                                                       const float* bias, float* y, int64_t ldy) {
   int64_t r = 0;
-  for (; r + R <= m; r += R) panel_tile<I, R>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy);
+  for (; r + R <= m; r += R) panel_tile<I, R, P>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy);
   if constexpr (R > 1) {
-    if (r < m) panel_rows<I, R / 2>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy);
+    if (r < m) panel_rows<I, R / 2, P>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy);
   }
 }
 
@@ -415,64 +426,8 @@ __attribute__((always_inline)) inline void narrow_panel(const float* x, int64_t 
     }
 }
 
-// R rows of y against two neighbouring full panels at once, for a vector of 16 lanes (AVX-512):
-// each row's broadcast then serves two fused multiply-adds. A k step of one panel's tile loads
-// R + 1 values (and prefetches once) for R multiply-adds; here R + 2 (and two prefetches) for 2R,
-// fewer loads for the two load ports an Intel core has for its two FMA ports. Each sum is the
-// same, over k in order: the same bits as one panel at a time (the tests compare the AVX2 kernel).
-template <typename I, int R>
-__attribute__((always_inline)) inline void panel_pair_tile(const float* __restrict__ x, int64_t k_len,
-                                                            const float* __restrict__ panel,
-                                                            const float* __restrict__ bias, float* __restrict__ y,
-                                                            int64_t ldy) {
-  using V = typename I::V;
-  static_assert(sizeof(V) == kPanel * sizeof(float), "a panel row is one vector");
-  const float* __restrict__ next = panel + k_len * kPanel;  // the neighbouring panel
-  V acc0[R], acc1[R];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = V{};
-  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panel) + kPrefetchBytes;
-  const std::uintptr_t ahead_next = reinterpret_cast<std::uintptr_t>(next) + kPrefetchBytes;
-  for (int64_t k = 0; k < k_len; ++k) {
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead + k * kPanel * sizeof(float)), 0, 2);
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead_next + k * kPanel * sizeof(float)), 0, 2);
-    const V w0 = load<V>(panel + k * kPanel), w1 = load<V>(next + k * kPanel);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const V xv = I::splat(x[r * k_len + k]);
-      acc0[r] = I::fma(xv, w0, acc0[r]);
-      acc1[r] = I::fma(xv, w1, acc1[r]);
-    }
-  }
-  if (bias != nullptr) {  // the sum, then the bias, as panel_tile adds it
-    const V b0 = load<V>(bias), b1 = load<V>(bias + kPanel);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      acc0[r] += b0;
-      acc1[r] += b1;
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    store<V>(y + r * ldy, acc0[r]);
-    store<V>(y + r * ldy + kPanel, acc1[r]);
-  }
-}
-
-// All m rows against two neighbouring full panels: tiles of R rows, then of R / 2, ... down to one.
-template <typename I, int R>
-__attribute__((always_inline)) inline void panel_pair_rows(const float* x, int64_t m, int64_t k_len,
-                                                           const float* panel, const float* bias, float* y,
-                                                           int64_t ldy) {
-  int64_t r = 0;
-  for (; r + R <= m; r += R) panel_pair_tile<I, R>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy);
-  if constexpr (R > 1) {
-    if (r < m) panel_pair_rows<I, R / 2>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy);
-  }
-}
-
 // Panels [begin, end) of y, in tiles of R rows (as many as the registers hold) and what is left.
-// PAIR > 0: two neighbouring full panels at a time, in tiles of PAIR rows (panel_pair_tile).
+// PAIR > 0: two neighbouring full panels at a time, in tiles of PAIR rows.
 template <typename I, int R, int PAIR = 0>
 __attribute__((always_inline)) inline void panels(const float* x, int64_t m, int64_t k_len, const float* packed,
                                                   const float* bias, int64_t n, float* y, int64_t begin, int64_t end) {
@@ -481,7 +436,7 @@ __attribute__((always_inline)) inline void panels(const float* x, int64_t m, int
     const float* panel_bias = bias != nullptr ? bias + p * kPanel : nullptr;
     if constexpr (PAIR > 0) {
       if (p + 1 < end && (p + 2) * kPanel <= n) {
-        panel_pair_rows<I, PAIR>(x, m, k_len, panel, panel_bias, y + p * kPanel, n);
+        panel_rows<I, PAIR, 2>(x, m, k_len, panel, panel_bias, y + p * kPanel, n);
         ++p;
         continue;
       }
