@@ -330,6 +330,29 @@ def test_the_linear_kernel_fuses_each_multiply_and_add(outputs):
 
 
 @needs_compiler
+@pytest.mark.parametrize("rows", [16, 5])
+def test_the_narrow_last_panel_computes_the_bits_of_a_full_panel_s_columns(rows):
+    """The 3 columns past a weight's full panels (a vocabulary of 259) come out as the same 3
+    columns do when they are the first of a full panel of 16: one fused multiply-add chain per
+    sum, over k in order, whichever way the kernel lays them out."""
+    if not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn((rows, 256), generator=gen)
+    weight, bias = torch.randn((19, 256), generator=gen), torch.randn(19, generator=gen)
+    tail = torch.cat([weight[16:], torch.randn((13, 256), generator=gen)])  # the 3, then 13 others
+    tail_bias = torch.cat([bias[16:], torch.randn(13, generator=gen)])
+    for isa in (1, 2):
+        try:
+            narrow = torch.ops.axiom_rl.linear_panels(x, native.pack_panels(weight), bias, isa)[:, 16:]
+            full = torch.ops.axiom_rl.linear_panels(x, native.pack_panels(tail), tail_bias, isa)[:, :3]
+        except RuntimeError as e:
+            assert isa == 2 and "no kernel for this CPU" in str(e)
+            continue
+        assert torch.equal(narrow, full)
+
+
+@needs_compiler
 def test_the_linear_kernel_refuses_what_it_does_not_cover():
     if not panel_kernel():
         pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
