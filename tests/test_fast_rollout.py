@@ -255,7 +255,7 @@ import torch.nn.functional as F
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.rollout import fast
 model, _ = build_tiny_model("nano", seed=7)
-w = fast._Weights(model, packing=(F.linear, lambda t: t))  # F.linear, as on a GPU
+w = fast._Weights(model, packing=(F.linear, lambda *parts: torch.cat(parts)))  # F.linear, as on a GPU
 ids = torch.randint(3, 200, (3, 9), generator=torch.Generator().manual_seed(0))
 positions = torch.arange(9).repeat(3, 1)
 cos, sin = w.rope(16, ids.device, torch.float32)

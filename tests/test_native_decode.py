@@ -365,8 +365,26 @@ def test_the_linear_kernel_refuses_what_it_does_not_cover():
         native.linear_panels(torch.randn(2, 4), packed.t())
     with pytest.raises(RuntimeError, match="the bias must be float32 \\[4\\]"):
         native.linear_panels(torch.randn(2, 8), packed, torch.randn(5))
-    with pytest.raises(RuntimeError, match="a float32 \\[N, K\\] weight"):
+    with pytest.raises(RuntimeError, match="float32 \\[N, K\\] weights with the same K"):
         native.pack_panels(torch.randn(4, 8, 2))
+    with pytest.raises(RuntimeError, match="float32 \\[N, K\\] weights with the same K"):
+        native.pack_panels(torch.randn(4, 8), torch.randn(4, 7))
+
+
+@needs_compiler
+@pytest.mark.parametrize("sizes", [(256, 128, 128), (5, 20, 3), (688, 688), (7,)])
+def test_packing_parts_lays_out_what_packing_their_concatenation_does(sizes):
+    """A rollout packs q, k and v (and gate and up) as they are, stacked as it goes: the same
+    tensor as packing torch.cat of them, panels across the parts' seams included."""
+    if not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    gen = torch.Generator().manual_seed(sum(sizes))
+    parts = [torch.randn((n, 24), generator=gen) for n in sizes]
+    parts[0] = parts[0].t().contiguous().t()  # a non-contiguous part too
+    assert torch.equal(native.pack_panels(*parts), native.pack_panels(torch.cat(parts)))
+    x = torch.randn((3, 24), generator=gen)
+    y = native.linear_panels(x, native.pack_panels(*parts))
+    assert torch.allclose(y, x @ torch.cat(parts).t(), rtol=1e-5, atol=1e-5)
 
 
 @needs_compiler

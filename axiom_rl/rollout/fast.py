@@ -97,6 +97,10 @@ def _effective(linear: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return linear.weight, linear.bias
 
 
+def _concatenated(*parts: torch.Tensor) -> torch.Tensor:
+    return native.stacked(parts)
+
+
 @dataclass
 class _Layer:
     ln1: torch.Tensor
@@ -128,7 +132,19 @@ class _Weights:
         inner = base.model
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
-        self.lm_head = _effective(base.lm_head)[0]
+        # float32 weights on a CPU are laid out once per rollout, not on every call: for the C++
+        # step's own kernel where it runs, else for oneDNN where oneDNN runs the model's matmuls.
+        # `stack(*parts)` makes each weight the loop multiplies by, the fused q/k/v and gate/up from
+        # their parts: a packing stacks them as it lays them out, without a torch.cat copy first.
+        self.linear: Callable[..., torch.Tensor] = F.linear
+        stack: Callable[..., torch.Tensor] = _concatenated
+        if self.embed.device.type == "cpu" and self.embed.dtype == torch.float32:
+            chosen = packing or native.rollout_linear(onednn=cpu_matmul.applies(self.embed))
+            if chosen is not None:
+                self.linear, stack = chosen
+        lm_head = _effective(base.lm_head)[0]
+        self.vocab, self.intermediate = lm_head.shape[0], 0
+        self.lm_head = stack(lm_head)
         self.layers = []
         for layer in inner.layers:
             att, mlp = layer.self_attn, layer.mlp
@@ -139,35 +155,20 @@ class _Weights:
             )
             bqkv = torch.cat([bq, bk, bv]) if bq is not None else None
             wg, wu = _effective(mlp.gate_proj)[0], _effective(mlp.up_proj)[0]
+            self.intermediate = wg.shape[0]
             self.layers.append(
                 _Layer(
                     layer.input_layernorm.weight,
-                    torch.cat([wq, wk, wv]),
+                    stack(wq, wk, wv),
                     bqkv,
-                    _effective(att.o_proj)[0],
+                    stack(_effective(att.o_proj)[0]),
                     layer.post_attention_layernorm.weight,
-                    torch.cat([wg, wu]),
-                    _effective(mlp.down_proj)[0],
+                    stack(wg, wu),
+                    stack(_effective(mlp.down_proj)[0]),
                     att.q_norm.weight if hasattr(att, "q_norm") else None,
                     att.k_norm.weight if hasattr(att, "k_norm") else None,
                 )
             )
-        self.vocab, self.intermediate = (
-            self.lm_head.shape[0],
-            self.layers[0].wgu.shape[0] // 2,
-        )  # before packing
-        # float32 weights on a CPU are laid out once per rollout, not on every call: for the C++
-        # step's own kernel where it runs, else for oneDNN where oneDNN runs the model's matmuls.
-        self.linear: Callable[..., torch.Tensor] = F.linear
-        chosen = None
-        if self.embed.device.type == "cpu" and self.embed.dtype == torch.float32:
-            chosen = packing or native.rollout_linear(onednn=cpu_matmul.applies(self.embed))
-        if chosen is not None:
-            self.linear, pack = chosen
-            self.lm_head = pack(self.lm_head)
-            for layer in self.layers:
-                for name in ("wqkv", "wo", "wgu", "wdown"):
-                    setattr(layer, name, pack(getattr(layer, name)))
 
     def rope(
         self, length: int, device: torch.device, dtype: torch.dtype

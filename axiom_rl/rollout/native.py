@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,19 +218,32 @@ def linear_panels(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.axiom_rl.linear_panels(x, packed, bias)
 
 
-def pack_panels(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` [N, K] laid out for `linear_panels`: a tensor of the same shape whose values are
-    in panel order, so it must never reach any other matmul."""
-    return torch.ops.axiom_rl.pack_panels(weight.detach())
+def pack_panels(*parts: torch.Tensor) -> torch.Tensor:
+    """The weight `parts` stack into ([N_1 + N_2 + ..., K], as torch.cat stacks them: a fused
+    q/k/v weight from the three), laid out for `linear_panels`: a tensor of that shape whose values
+    are in panel order, so it must never reach any other matmul."""
+    return torch.ops.axiom_rl.pack_panels([part.detach() for part in parts])
 
 
-PackedLinear = tuple[Callable[..., torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]
+def stacked(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """torch.cat(parts), without a copy for a single part."""
+    return parts[0] if len(parts) == 1 else torch.cat(list(parts))
+
+
+# (linear, pack): pack(*parts) lays out the weight the parts stack into, for linear.
+PackedLinear = tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
+
+
+def _pack_for_onednn(*parts: torch.Tensor) -> torch.Tensor:
+    from ..models import cpu_matmul
+
+    return cpu_matmul.pack(stacked(parts))
 
 
 def _packed_linear(panels: bool) -> PackedLinear:
     from ..models import cpu_matmul
 
-    return (linear_panels, pack_panels) if panels else (cpu_matmul.linear_packed, cpu_matmul.pack)
+    return (linear_panels, pack_panels) if panels else (cpu_matmul.linear_packed, _pack_for_onednn)
 
 
 def rollout_linear(onednn: bool) -> PackedLinear | None:
