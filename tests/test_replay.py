@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 import torch
-from test_native_decode import needs_compiler, own_kernels  # noqa: F401 (a fixture)
+from test_native_decode import needs_compiler, own_kernels, panel_kernel  # noqa: F401 (a fixture)
 
 from axiom_rl.config import TrainConfig
 from axiom_rl.models import replay
@@ -198,6 +198,45 @@ def test_a_recycled_record_is_written_again_by_the_next_rollout_of_its_shape():
     torch.manual_seed(2)
     other = backend.generate(policy.model, policy.tokenizer, PROMPTS[:2], 2, 12, 1.0, 1.0, [], 64)
     assert other.linear_outputs.layers[0][0].shape[0] == 4 != first.layers[0][0].shape[0]
+
+
+@needs_compiler
+def test_the_kernel_s_streamed_record_holds_the_bits_of_copying_the_outputs_afterwards(monkeypatch):
+    """The linear kernel writes the record as it computes each output, where the record's rows
+    are 64-byte aligned; elsewhere the step copies each output into it afterwards. Buffers one
+    float off that alignment take the second way: both records hold the same bits."""
+    if not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    policy = load_policy("tiny", device="cpu", need_reference=False, seed=5)
+    allocate = replay.allocate
+
+    def misaligned(*args, **kwargs):
+        record = allocate(*args, **kwargs)
+
+        def shifted(t):
+            spare = torch.empty(t.numel() + 1, dtype=t.dtype)
+            return spare[1:].view(t.shape)
+
+        return replay.LinearOutputs(
+            [[shifted(t) for t in layer] for layer in record.layers],
+            None if record.logits is None else shifted(record.logits),
+            record.fed,
+        )
+
+    def rollout():
+        backend = FastBackend(min_new_tokens=10)
+        backend.record_linear_outputs = True
+        torch.manual_seed(3)
+        return backend.generate(policy.model, policy.tokenizer, PROMPTS, 4, 10, 1.0, 1.0, [], 64)
+
+    streamed = rollout()
+    monkeypatch.setattr(replay, "allocate", misaligned)
+    copied = rollout()
+    assert copied.linear_outputs.layers[0][0].data_ptr() % 64 != 0
+    assert streamed.linear_outputs.layers[0][0].data_ptr() % 64 == 0
+    assert streamed.completion_ids == copied.completion_ids
+    for got, want in zip(streamed.linear_outputs.flat(), copied.linear_outputs.flat()):
+        assert torch.equal(got[:, : streamed.linear_outputs.steps], want[:, : copied.linear_outputs.steps])
 
 
 @needs_compiler

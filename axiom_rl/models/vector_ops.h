@@ -55,6 +55,8 @@ struct Avx512 {
     return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
   }
   __attribute__((target("avx512f"))) static float sum(V x) { return _mm512_reduce_add_ps((__m512)x); }
+  // A store past the caches, to an address 64-byte aligned.
+  __attribute__((target("avx512f"))) static void stream(float* p, V x) { _mm512_stream_ps(p, (__m512)x); }
   __attribute__((target("avx512f"))) static float max(V x) { return _mm512_reduce_max_ps((__m512)x); }
 };
 struct Avx2 {
@@ -65,6 +67,7 @@ struct Avx2 {
   __attribute__((target("avx2,fma"))) static V fma(V a, V b, V c) {
     return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
   }
+  __attribute__((target("avx2,fma"))) static void stream(float* p, V x) { _mm256_stream_ps(p, (__m256)x); }
   __attribute__((target("avx2,fma"))) static float sum(V x) {
     float total = 0.0f;
     for (int l = 0; l < 8; ++l) total += x[l];

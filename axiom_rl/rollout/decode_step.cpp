@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -51,12 +52,21 @@ using LinearPointwise = at::Tensor(const at::Tensor&, const at::Tensor&, const s
 // (cpu_matmul.linear_packed, weights packed once per rollout), or linear_panels below.
 enum LinearKind : int64_t { kAten = 0, kOneDnn = 1, kPanels = 2 };
 
-at::Tensor linear_panels(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
-                         int64_t isa);
+// A second place for one panel's outputs of the kernel below (16 columns): its row r at
+// to + r * row_stride, 64-byte aligned, written with streaming stores.
+struct Copy {
+  float* to;
+  int64_t row_stride;
+};
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t kind) {
+at::Tensor linear_panels_copying(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                                 int64_t isa, const std::vector<Copy>* copies);
+
+// `copies` (with kPanels alone): where each panel's outputs also go, see record_copies.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t kind,
+                  const std::vector<Copy>* copies = nullptr) {
   if (kind == kAten) return at::linear(x, w, b);
-  if (kind == kPanels) return linear_panels(x, w, b, 0);
+  if (kind == kPanels) return linear_panels_copying(x, w, b, 0, copies);
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
                              .typed<LinearPointwise>();
@@ -376,10 +386,14 @@ using axiom_vec::store;
 // with 16 lanes, two panels' R + 2 (and two prefetches) for 2R, fewer loads for the two load ports
 // an Intel core has for its two FMA ports. Each sum is the same, over k in order, whatever R and
 // P: the same bits (the tests compare the AVX-512 kernel, which takes two panels, with the AVX2 one).
-template <typename I, int R, int P = 1>
+//
+// With COPY, every output also goes to a second place with a streaming store, as it is stored: panel
+// i's (of the P) row r to copy[i].to + r * copy[i].row_stride, 64-byte aligned (the decode step's
+// record for the replay: see Copy).
+template <typename I, int R, int P = 1, bool COPY = false>
 __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ x, int64_t k_len,
                                                        const float* __restrict__ panel, const float* __restrict__ bias,
-                                                       float* __restrict__ y, int64_t ldy) {
+                                                       float* __restrict__ y, int64_t ldy, const Copy* copy) {
   using V = typename I::V;
   constexpr int H = kPanel * sizeof(float) / sizeof(V);
   constexpr int kLanesPerVector = kPanel / H;
@@ -418,17 +432,29 @@ __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ 
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int j = 0; j < J; ++j) store<V>(y + r * ldy + j * kLanesPerVector, acc[r][j]);
+    for (int j = 0; j < J; ++j) {
+      store<V>(y + r * ldy + j * kLanesPerVector, acc[r][j]);
+      if constexpr (COPY) I::stream(copy[j / H].to + r * copy[j / H].row_stride + (j % H) * kLanesPerVector, acc[r][j]);
+    }
 }
 
 // All m rows against P neighbouring full panels: tiles of R rows, then of R / 2, ... down to one.
-template <typename I, int R, int P = 1>
+template <typename I, int R, int P = 1, bool COPY = false>
 __attribute__((always_inline)) inline void panel_rows(const float* x, int64_t m, int64_t k_len, const float* panel,
-                                                      const float* bias, float* y, int64_t ldy) {
+                                                      const float* bias, float* y, int64_t ldy, const Copy* copy) {
   int64_t r = 0;
-  for (; r + R <= m; r += R) panel_tile<I, R, P>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy);
+  Copy rows[P];  // `copy` moved down to row r
+  for (; r + R <= m; r += R) {
+    if constexpr (COPY)
+      for (int i = 0; i < P; ++i) rows[i] = {copy[i].to + r * copy[i].row_stride, copy[i].row_stride};
+    panel_tile<I, R, P, COPY>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy, rows);
+  }
   if constexpr (R > 1) {
-    if (r < m) panel_rows<I, R / 2, P>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy);
+    if (r < m) {
+      if constexpr (COPY)
+        for (int i = 0; i < P; ++i) rows[i] = {copy[i].to + r * copy[i].row_stride, copy[i].row_stride};
+      panel_rows<I, R / 2, P, COPY>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy, rows);
+    }
   }
 }
 
@@ -447,27 +473,30 @@ __attribute__((always_inline)) inline void narrow_panel(const float* x, int64_t 
   float wide_bias[kPanel] = {};
   if (bias != nullptr) std::copy_n(bias, cols, wide_bias);
   rows.resize(m * kPanel);
-  panel_rows<I, R>(x, m, k_len, wide.data(), bias != nullptr ? wide_bias : nullptr, rows.data(), kPanel);
+  panel_rows<I, R>(x, m, k_len, wide.data(), bias != nullptr ? wide_bias : nullptr, rows.data(), kPanel, nullptr);
   for (int64_t r = 0; r < m; ++r) std::copy_n(rows.data() + r * kPanel, cols, y + r * ldy);
 }
 
 // Panels [begin, end) of y, in tiles of R rows (as many as the registers hold) and what is left.
-// PAIR > 0: two neighbouring full panels at a time, in tiles of PAIR rows.
-template <typename I, int R, int PAIR = 0>
+// PAIR > 0: two neighbouring full panels at a time, in tiles of PAIR rows. `copies`: nullptr, or
+// where each panel's outputs also go (one Copy a panel; every panel full).
+template <typename I, int R, int PAIR = 0, bool COPY = false>
 __attribute__((always_inline)) inline void panels(const float* x, int64_t m, int64_t k_len, const float* packed,
-                                                  const float* bias, int64_t n, float* y, int64_t begin, int64_t end) {
+                                                  const float* bias, int64_t n, float* y, int64_t begin, int64_t end,
+                                                  const Copy* copies) {
   for (int64_t p = begin; p < end; ++p) {
     const float* panel = packed + p * k_len * kPanel;
     const float* panel_bias = bias != nullptr ? bias + p * kPanel : nullptr;
+    const Copy* copy = COPY ? copies + p : nullptr;
     if constexpr (PAIR > 0) {
       if (p + 1 < end && (p + 2) * kPanel <= n) {
-        panel_rows<I, PAIR, 2>(x, m, k_len, panel, panel_bias, y + p * kPanel, n);
+        panel_rows<I, PAIR, 2, COPY>(x, m, k_len, panel, panel_bias, y + p * kPanel, n, copy);
         ++p;
         continue;
       }
     }
     if ((p + 1) * kPanel <= n)
-      panel_rows<I, R>(x, m, k_len, panel, panel_bias, y + p * kPanel, n);
+      panel_rows<I, R, 1, COPY>(x, m, k_len, panel, panel_bias, y + p * kPanel, n, copy);
     else
       narrow_panel<I, R>(x, m, k_len, panel, n - p * kPanel, panel_bias, y + p * kPanel, n);
   }
@@ -480,20 +509,28 @@ __attribute__((always_inline)) inline void panels(const float* x, int64_t m, int
 // when the host was busy, 1.04-1.1x when it was quiet.
 __attribute__((target("avx512f"), flatten)) void panels_avx512(const float* x, int64_t m, int64_t k_len,
                                                                 const float* packed, const float* bias, int64_t n,
-                                                                float* y, int64_t begin, int64_t end) {
-  panels<axiom_vec::Avx512, 16, 8>(x, m, k_len, packed, bias, n, y, begin, end);
+                                                                float* y, int64_t begin, int64_t end,
+                                                                const Copy* copies) {
+  if (copies != nullptr)
+    panels<axiom_vec::Avx512, 16, 8, true>(x, m, k_len, packed, bias, n, y, begin, end, copies);
+  else
+    panels<axiom_vec::Avx512, 16, 8>(x, m, k_len, packed, bias, n, y, begin, end, nullptr);
 }
 
 // 16 vector registers: 6 rows x two 8-lane sums, the panel's row (two), and the broadcast.
 __attribute__((target("avx2,fma"), flatten)) void panels_avx2(const float* x, int64_t m, int64_t k_len,
                                                               const float* packed, const float* bias, int64_t n,
-                                                              float* y, int64_t begin, int64_t end) {
-  panels<axiom_vec::Avx2, 6>(x, m, k_len, packed, bias, n, y, begin, end);
+                                                              float* y, int64_t begin, int64_t end,
+                                                              const Copy* copies) {
+  if (copies != nullptr)
+    panels<axiom_vec::Avx2, 6, 0, true>(x, m, k_len, packed, bias, n, y, begin, end, copies);
+  else
+    panels<axiom_vec::Avx2, 6>(x, m, k_len, packed, bias, n, y, begin, end, nullptr);
 }
 #endif
 
 using PanelsFn = void (*)(const float*, int64_t, int64_t, const float*, const float*, int64_t, float*, int64_t,
-                          int64_t);
+                          int64_t, const Copy*);
 
 // The version for this CPU (isa 0), or the one asked for (1: AVX2, 2: AVX-512; the tests compare
 // them); nullptr where there is none.
@@ -510,9 +547,10 @@ PanelsFn panels_for(int64_t isa) {
 
 bool panel_kernel() { return panels_for(0) != nullptr; }
 
-// x [..., K] against a weight from pack_panels ([N, K]); returns [..., N].
-at::Tensor linear_panels(const at::Tensor& x_in, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
-                         int64_t isa) {
+// x [..., K] against a weight from pack_panels ([N, K]); returns [..., N]. `copies`: nullptr, or
+// one Copy a panel, where its outputs also go (N a multiple of 16).
+at::Tensor linear_panels_copying(const at::Tensor& x_in, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                                 int64_t isa, const std::vector<Copy>* copies) {
   TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat, "linear_panels: float32 only");
   TORCH_CHECK(packed.dim() == 2 && packed.is_contiguous(), "linear_panels: the weight must come from pack_panels");
   const int64_t n = packed.size(0), k_len = packed.size(1);
@@ -538,9 +576,24 @@ at::Tensor linear_panels(const at::Tensor& x_in, const at::Tensor& packed, const
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   // One panel per task at least: at these sizes the other thread is spinning, ready, and a panel
   // is some 10k multiply-adds per 16 rows.
-  at::parallel_for(0, (n + kPanel - 1) / kPanel, 1,
-                   [&](int64_t begin, int64_t end) { fn(xp, m, k_len, wp, bp, n, yp, begin, end); });
+  const Copy* cp = nullptr;
+  if (copies != nullptr && !copies->empty()) {
+    TORCH_CHECK(n % kPanel == 0 && static_cast<int64_t>(copies->size()) == n / kPanel,
+                "linear_panels: a copy for each of the weight's full panels");
+    cp = copies->data();
+  }
+  at::parallel_for(0, (n + kPanel - 1) / kPanel, 1, [&](int64_t begin, int64_t end) {
+    fn(xp, m, k_len, wp, bp, n, yp, begin, end, cp);
+#if defined(__x86_64__)
+    if (cp != nullptr) _mm_sfence();  // streaming stores are weakly ordered: this thread's, done
+#endif
+  });
   return y;
+}
+
+at::Tensor linear_panels(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                         int64_t isa) {
+  return linear_panels_copying(x, packed, bias, isa, nullptr);
 }
 
 // ------------------------------------------------------------------ the step's element-wise work
@@ -604,8 +657,9 @@ AXIOM_TARGETS void add_into(float* __restrict__ x, const float* __restrict__ y, 
 // With a `record` (7 tensors a layer -- q, k, v, o, gate, up, down -- and the logits' last where
 // asked, each [N, S, width], float32), each step copies its linear layers' outputs (biases added,
 // before RoPE) into step `record_at` of them: the values the trainer's first pass over the same
-// tokens replays instead of computing them again (models/replay.py). A copy of a few thousand
-// values a layer; the step computes the same values with or without it.
+// tokens replays instead of computing them again (models/replay.py). The panel kernel writes them
+// there as it computes them where the record allows it (record_copies); otherwise keep() copies
+// them afterwards. The step computes the same values with or without a record.
 
 void check_record(at::TensorList record, int64_t layers, int64_t n, int64_t step) {
   if (record.empty()) return;
@@ -660,6 +714,27 @@ void keep(at::TensorList record, int64_t index, int64_t step, const at::Tensor& 
   keep(record, index, step, rows.data_ptr<float>() + from, rows.size(1), rows.size(0), width);
 }
 
+// Where the panel kernel can write a linear layer's outputs into the record as it computes them, for
+// the record tensors `indices`, side by side its columns (q, k and v; gate and up; o; down), at step
+// `step`: a Copy a panel, each to a 64-byte aligned place. Empty, for keep() to copy them instead,
+// where there is no record or a width is not a multiple of 16. The copies stream from both
+// threads, out of registers, in place of a pass of one thread over each output afterwards (at
+// rollout-heavy's 64 rows those took some 10% of a token step): whole rollouts in 0.94-0.97x the
+// time at 8 x 8 rows and 256 tokens, 0.97-0.98x at 4 x 4 and 64 (medians of alternated rollouts in
+// one process; the memory traffic of the record itself stays).
+std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<int64_t> indices, int64_t step) {
+  std::vector<Copy> copies;
+  for (const int64_t index : indices) {
+    if (index >= static_cast<int64_t>(record.size())) return {};
+    const at::Tensor& t = record[index];
+    float* base = t.data_ptr<float>() + step * t.stride(1);
+    if (t.size(2) % kPanel != 0 || t.stride(0) % kPanel != 0 || reinterpret_cast<std::uintptr_t>(base) % 64 != 0)
+      return {};
+    for (int64_t c = 0; c < t.size(2); c += kPanel) copies.push_back({base + c, t.stride(0)});
+  }
+  return copies;
+}
+
 // The decode step with its own kernels (`own_kernels`, for the head sizes kernel_for covers): the
 // computation of decode_step below, each layer's element-wise work in the loops above, its
 // attention in attend_pairs, and every intermediate a [rows, features] buffer of its own.
@@ -694,15 +769,21 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   }
   const AttendPairs attend = kernel_for(hd);
   const std::optional<at::Tensor> no_bias;
+  // The panel kernel writes what the record keeps as it computes it (record_copies), where it can.
+  const bool copying = !record.empty() && linear_kind == kPanels;
   const double scale = std::pow(static_cast<double>(hd), -0.5);
   for (int64_t i = 0; i < static_cast<int64_t>(qkv_bias.size()); ++i) {
     const at::Tensor* w = &weights[6 * i];
     rms_rows(xp, w[0].contiguous().data_ptr<float>(), yp, n, d, feps);
-    at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind).contiguous();  // [N, qkv_width]
+    const std::vector<Copy> qkv_copies = copying ? record_copies(record, {7 * i, 7 * i + 1, 7 * i + 2}, record_at)
+                                                 : std::vector<Copy>{};
+    at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind, &qkv_copies).contiguous();  // [N, qkv_width]
     float* qkvp = qkv.data_ptr<float>();
-    keep(record, 7 * i, record_at, qkvp, qkv_width, n, q_width);
-    keep(record, 7 * i + 1, record_at, qkvp + q_width, qkv_width, n, kv_width);
-    keep(record, 7 * i + 2, record_at, qkvp + q_width + kv_width, qkv_width, n, kv_width);
+    if (qkv_copies.empty()) {
+      keep(record, 7 * i, record_at, qkvp, qkv_width, n, q_width);
+      keep(record, 7 * i + 1, record_at, qkvp + q_width, qkv_width, n, kv_width);
+      keep(record, 7 * i + 2, record_at, qkvp + q_width + kv_width, qkv_width, n, kv_width);
+    }
     rotate_rows(qkvp, n, qkv_width, h + kvh, hd, position, cos.data_ptr<float>(),
                 sin.data_ptr<float>(), cos.stride(0));
     const at::Tensor layer_k = cache_k.select(0, i), layer_v = cache_v.select(0, i);
@@ -720,21 +801,29 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
                                   groups, scale);
     args.rows_per_prompt = rows_per_prompt, args.prompt_slots = prompt_slots;
     attend(args, scores);
-    const at::Tensor o = linear(att, w[2], no_bias, linear_kind).contiguous();
-    keep(record, 7 * i + 3, record_at, o.data_ptr<float>(), d, n, d);
+    const std::vector<Copy> o_copies =
+        copying ? record_copies(record, {7 * i + 3}, record_at) : std::vector<Copy>{};
+    const at::Tensor o = linear(att, w[2], no_bias, linear_kind, &o_copies).contiguous();
+    if (o_copies.empty()) keep(record, 7 * i + 3, record_at, o.data_ptr<float>(), d, n, d);
     add_into(xp, o.data_ptr<float>(), n * d);
     rms_rows(xp, w[3].contiguous().data_ptr<float>(), yp, n, d, feps);
-    const at::Tensor gate_up = linear(y, w[4], no_bias, linear_kind).contiguous();  // [N, 2 I]
+    const std::vector<Copy> gate_up_copies =
+        copying ? record_copies(record, {7 * i + 4, 7 * i + 5}, record_at) : std::vector<Copy>{};
+    const at::Tensor gate_up = linear(y, w[4], no_bias, linear_kind, &gate_up_copies).contiguous();  // [N, 2 I]
     const int64_t inner = gate_up.size(1) / 2;
-    keep(record, 7 * i + 4, record_at, gate_up.data_ptr<float>(), 2 * inner, n, inner);
-    keep(record, 7 * i + 5, record_at, gate_up.data_ptr<float>() + inner, 2 * inner, n, inner);
+    if (gate_up_copies.empty()) {
+      keep(record, 7 * i + 4, record_at, gate_up.data_ptr<float>(), 2 * inner, n, inner);
+      keep(record, 7 * i + 5, record_at, gate_up.data_ptr<float>() + inner, 2 * inner, n, inner);
+    }
     at::Tensor act = at::empty({n, inner}, gate_up.options());
     if (!silu_mul_rows(gate_up.data_ptr<float>(), n, inner, act.data_ptr<float>())) {
       act = at::silu(gate_up.slice(1, 0, inner));
       act.mul_(gate_up.slice(1, inner));
     }
-    const at::Tensor down = linear(act, w[5], no_bias, linear_kind).contiguous();
-    keep(record, 7 * i + 6, record_at, down.data_ptr<float>(), d, n, d);
+    const std::vector<Copy> down_copies =
+        copying ? record_copies(record, {7 * i + 6}, record_at) : std::vector<Copy>{};
+    const at::Tensor down = linear(act, w[5], no_bias, linear_kind, &down_copies).contiguous();
+    if (down_copies.empty()) keep(record, 7 * i + 6, record_at, down.data_ptr<float>(), d, n, d);
     add_into(xp, down.data_ptr<float>(), n * d);
   }
   rms_rows(xp, norm.contiguous().data_ptr<float>(), yp, n, d, feps);
