@@ -83,22 +83,26 @@ def test_the_decode_step_records_what_each_linear_layer_of_the_training_pass_com
 
 
 @needs_compiler
-@pytest.mark.parametrize("finetune", ["full", "lora"])
-def test_a_replayed_pass_gives_the_plain_pass_s_log_probs_and_gradients(finetune):
-    """LoRA on q and v only: those layers compute as usual, the others replay."""
+@pytest.mark.parametrize(
+    "finetune,targets", [("full", ""), ("lora", "q_proj,v_proj"), ("lora", "all-linear")]
+)
+def test_a_replayed_pass_gives_the_plain_pass_s_log_probs_and_gradients(finetune, targets):
+    """LoRA layers replay as LoRA layers (the record holds the folded weight's output; A's
+    product runs), the others as plain Linear layers: on q and v only, and on every layer (the
+    MLP then multiplies by a LoRA down projection, not in the lean MLP's own product)."""
     policy = load_policy(
         "tiny",
         device="cpu",
         need_reference=False,
         seed=2,
         finetune=finetune,
-        lora_target_modules="q_proj,v_proj",
+        lora_target_modules=targets or "all-linear",
     )
     rollout, batch = recorded_rollout(policy, stop_strings=["\n"])
     record = rollout.linear_outputs
     replayed = replay.replay_map(policy.model, record, batch.completion_ids, batch.completion_mask)
     layers = len(record.layers)
-    assert len(replayed) == (7 * layers + 1 if finetune == "full" else 5 * layers + 1)
+    assert len(replayed) == 7 * layers + 1
     plain_logprobs, plain_grads = pass_with(policy, batch, None)
     logprobs, grads = pass_with(policy, batch, record)
     real = batch.completion_mask > 0

@@ -19,7 +19,10 @@ computation:
 - the first optimizer step after that rollout (later ones have other weights), the completion
   pass of a batch whose prompts run once per group (train/batch.py);
 - each row's completion tokens are the ones the rollout fed (`replay_map` checks them);
-- a layer is a plain nn.Linear (a LoRA layer computes base + adapter separately: it runs as usual).
+- a layer is a plain nn.Linear, or a peft LoRA layer that is plain LoRA around one (one adapter,
+  no dropout, no DoRA): its value is the folded weight's (W + B A * scaling) x, which the rollout
+  multiplied by, and its backward is the one of base(x) + B(A(x)) * scaling; A(x), a product of
+  rank r, runs as usual.
 `ENABLED = False` turns it off (the step benchmark's `no-replay` ablation).
 """
 
@@ -121,11 +124,45 @@ def _plain(module: Any) -> bool:
     return type(module) is torch.nn.Linear
 
 
+@dataclass
+class _Lora:
+    """A peft LoRA layer that computes base(x) + B(A(x)) * scaling and nothing else."""
+
+    base: torch.nn.Linear
+    a: torch.nn.Linear
+    b: torch.nn.Linear
+    scaling: float
+
+
+def _lora(module: Any) -> _Lora | None:
+    """The parts of a peft LoRA Linear whose forward is plain LoRA with one adapter (enabled, not
+    merged, no dropout, no variant such as DoRA, no bias on B), around a plain Linear: what the
+    rollout folds into one weight (rollout/fast.py's `_effective`); else None."""
+    base = getattr(module, "base_layer", None)
+    lora_a, lora_b = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
+    if not _plain(base) or cpu_matmul.packed(base) or lora_a is None or lora_b is None:
+        return None
+    if getattr(module, "disable_adapters", True) or getattr(module, "merged", True):
+        return None
+    active = [name for name in module.active_adapters if name in lora_a]
+    if len(active) != 1 or active[0] in getattr(module, "lora_variant", {}):
+        return None
+    name = active[0]
+    a, b, dropout = lora_a[name], lora_b[name], module.lora_dropout[name]
+    if not (_plain(a) and _plain(b)) or b.bias is not None or getattr(dropout, "p", 0.0) > 0:
+        return None
+    return _Lora(base, a, b, float(module.scaling[name]))
+
+
+def _replayable(module: Any) -> bool:
+    return _plain(module) or _lora(module) is not None
+
+
 def replayable(model: Any) -> bool:
     """Whether a training pass of `model` could replay any recorded layer (a known decoder layout
-    with at least one plain nn.Linear)."""
+    with at least one plain nn.Linear or plain LoRA layer)."""
     layers = _layers(_decoder(model))
-    return layers is not None and any(_plain(m) for layer in layers for m in layer)
+    return layers is not None and any(_replayable(m) for layer in layers for m in layer)
 
 
 def _layers(decoder: Any) -> list[list[Any]] | None:
@@ -156,7 +193,7 @@ def replay_map(
         module: recorded[:, :length]
         for modules, records in zip(layers, outputs.layers)
         for module, recorded in zip(modules, records)
-        if _plain(module)
+        if _replayable(module)
     }
     head = getattr(decoder, "lm_head", None)
     if outputs.logits is not None and _plain(head):
@@ -174,10 +211,15 @@ def recorded_output(module: Any, x: torch.Tensor) -> torch.Tensor | None:
     being replayed; an error where the record does not have the output's shape."""
     recorded = _replaying.get(id(module))
     if recorded is not None and (
-        x.shape[:-1] != recorded.shape[:-1] or recorded.shape[-1] != module.weight.shape[0]
+        x.shape[:-1] != recorded.shape[:-1] or recorded.shape[-1] != _out_features(module)
     ):
         raise RuntimeError(f"replay: a recorded output {tuple(recorded.shape)} for an input {tuple(x.shape)}")
     return recorded
+
+
+def _out_features(module: Any) -> int:
+    lora = _lora(module)
+    return (lora.base if lora is not None else module).weight.shape[0]
 
 
 def as_output(recorded: torch.Tensor) -> torch.Tensor:
@@ -193,7 +235,8 @@ def replaying(outputs: dict[Any, torch.Tensor]) -> Iterator[None]:
     come back after it."""
     before = {module: vars(module).get("forward") for module in outputs}
     for module in outputs:
-        module.forward = functools.partial(_replayed_forward, module)
+        replayed = _replayed_forward if _plain(module) else _replayed_lora_forward
+        module.forward = functools.partial(replayed, module)
     _replaying.update((id(module), recorded) for module, recorded in outputs.items())
     try:
         yield
@@ -224,3 +267,49 @@ class _Replayed(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight = ctx.saved_tensors
         return (*cpu_matmul.linear_grads(grad, x, weight, ctx.has_bias, ctx.needs_input_grad[:3]), None)
+
+
+def _replayed_lora_forward(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """base(x) + B(A(x)) * scaling, whose value the rollout recorded (from the weight it folds the
+    adapter into: the same value to float32 rounding). A(x) runs as usual, a product of rank r;
+    the base's and B's products come from the record."""
+    lora = _lora(module)
+    assert lora is not None, "replaying a LoRA layer that is no longer plain LoRA"
+    recorded = recorded_output(module, x)
+    low = lora.a(x)  # [..., r]
+    return _ReplayedLora.apply(
+        x, lora.base.weight, lora.base.bias, low, lora.b.weight, lora.scaling, recorded
+    )
+
+
+class _ReplayedLora(torch.autograd.Function):
+    """The value `recorded`; the gradients of base(x) + B(low) * scaling for x, the base's weight
+    and bias where they train, `low` (A's output, whose own graph takes it on to A and x) and B."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        low: torch.Tensor,
+        b_weight: torch.Tensor,
+        scaling: float,
+        recorded: torch.Tensor,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight, low, b_weight)
+        ctx.has_bias, ctx.scaling = bias is not None, scaling
+        return as_output(recorded)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, low, b_weight = ctx.saved_tensors
+        grad_x, grad_w, grad_bias = cpu_matmul.linear_grads(
+            grad, x, weight, ctx.has_bias, ctx.needs_input_grad[:3]
+        )
+        # As autograd differentiates peft's `lora_B(low) * scaling`: the scaling first, then B's product.
+        scaled = grad * ctx.scaling
+        grad_low, grad_b, _ = cpu_matmul.linear_grads(
+            scaled, low, b_weight, False, (ctx.needs_input_grad[3], ctx.needs_input_grad[4], False)
+        )
+        return grad_x, grad_w, grad_bias, grad_low, grad_b, None, None
