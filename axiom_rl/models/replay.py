@@ -211,15 +211,10 @@ def recorded_output(module: Any, x: torch.Tensor) -> torch.Tensor | None:
     being replayed; an error where the record does not have the output's shape."""
     recorded = _replaying.get(id(module))
     if recorded is not None and (
-        x.shape[:-1] != recorded.shape[:-1] or recorded.shape[-1] != _out_features(module)
+        x.shape[:-1] != recorded.shape[:-1] or recorded.shape[-1] != module.out_features
     ):
         raise RuntimeError(f"replay: a recorded output {tuple(recorded.shape)} for an input {tuple(x.shape)}")
     return recorded
-
-
-def _out_features(module: Any) -> int:
-    lora = _lora(module)
-    return (lora.base if lora is not None else module).weight.shape[0]
 
 
 def as_output(recorded: torch.Tensor) -> torch.Tensor:
@@ -235,8 +230,12 @@ def replaying(outputs: dict[Any, torch.Tensor]) -> Iterator[None]:
     come back after it."""
     before = {module: vars(module).get("forward") for module in outputs}
     for module in outputs:
-        replayed = _replayed_forward if _plain(module) else _replayed_lora_forward
-        module.forward = functools.partial(replayed, module)
+        lora = None if _plain(module) else _lora(module)
+        module.forward = (
+            functools.partial(_replayed_forward, module)
+            if lora is None
+            else functools.partial(_replayed_lora_forward, module, lora)
+        )
     _replaying.update((id(module), recorded) for module, recorded in outputs.items())
     try:
         yield
@@ -269,12 +268,10 @@ class _Replayed(torch.autograd.Function):
         return (*cpu_matmul.linear_grads(grad, x, weight, ctx.has_bias, ctx.needs_input_grad[:3]), None)
 
 
-def _replayed_lora_forward(module: Any, x: torch.Tensor) -> torch.Tensor:
-    """base(x) + B(A(x)) * scaling, whose value the rollout recorded (from the weight it folds the
-    adapter into: the same value to float32 rounding). A(x) runs as usual, a product of rank r;
-    the base's and B's products come from the record."""
-    lora = _lora(module)
-    assert lora is not None, "replaying a LoRA layer that is no longer plain LoRA"
+def _replayed_lora_forward(module: Any, lora: _Lora, x: torch.Tensor) -> torch.Tensor:
+    """base(x) + B(A(x)) * scaling (`lora`: the module's parts), whose value the rollout recorded
+    (from the weight it folds the adapter into: the same value to float32 rounding). A(x) runs as
+    usual, a product of rank r; the base's and B's products come from the record."""
     recorded = recorded_output(module, x)
     low = lora.a(x)  # [..., r]
     return _ReplayedLora.apply(

@@ -62,7 +62,7 @@ struct Copy {
 at::Tensor linear_panels_copying(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
                                  int64_t isa, const std::vector<Copy>* copies);
 
-// `copies` (with kPanels alone): where each panel's outputs also go, see record_copies.
+// `copies` (with kPanels alone): where each panel's outputs also go, see linear_kept.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t kind,
                   const std::vector<Copy>* copies = nullptr) {
   if (kind == kAten) return at::linear(x, w, b);
@@ -442,19 +442,17 @@ __attribute__((always_inline)) inline void panel_tile(const float* __restrict__ 
 template <typename I, int R, int P = 1, bool COPY = false>
 __attribute__((always_inline)) inline void panel_rows(const float* x, int64_t m, int64_t k_len, const float* panel,
                                                       const float* bias, float* y, int64_t ldy, const Copy* copy) {
-  int64_t r = 0;
   Copy rows[P];  // `copy` moved down to row r
-  for (; r + R <= m; r += R) {
+  const auto from_row = [&](int64_t r) {
     if constexpr (COPY)
       for (int i = 0; i < P; ++i) rows[i] = {copy[i].to + r * copy[i].row_stride, copy[i].row_stride};
-    panel_tile<I, R, P, COPY>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy, rows);
-  }
+    return rows;
+  };
+  int64_t r = 0;
+  for (; r + R <= m; r += R)
+    panel_tile<I, R, P, COPY>(x + r * k_len, k_len, panel, bias, y + r * ldy, ldy, from_row(r));
   if constexpr (R > 1) {
-    if (r < m) {
-      if constexpr (COPY)
-        for (int i = 0; i < P; ++i) rows[i] = {copy[i].to + r * copy[i].row_stride, copy[i].row_stride};
-      panel_rows<I, R / 2, P, COPY>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy, rows);
-    }
+    if (r < m) panel_rows<I, R / 2, P, COPY>(x + r * k_len, m - r, k_len, panel, bias, y + r * ldy, ldy, from_row(r));
   }
 }
 
@@ -714,25 +712,47 @@ void keep(at::TensorList record, int64_t index, int64_t step, const at::Tensor& 
   keep(record, index, step, rows.data_ptr<float>() + from, rows.size(1), rows.size(0), width);
 }
 
+// A record tensor `index` that takes `width` of a linear layer's columns (kept side by side: q, k
+// and v; gate and up; o; down).
+struct Kept {
+  int64_t index, width;
+};
+
 // Where the panel kernel can write a linear layer's outputs into the record as it computes them, for
-// the record tensors `indices`, side by side its columns (q, k and v; gate and up; o; down), at step
-// `step`: a Copy a panel, each to a 64-byte aligned place. Empty, for keep() to copy them instead,
-// where there is no record or a width is not a multiple of 16. The copies stream from both
-// threads, out of registers, in place of a pass of one thread over each output afterwards (at
-// rollout-heavy's 64 rows those took some 10% of a token step): whole rollouts in 0.94-0.97x the
-// time at 8 x 8 rows and 256 tokens, 0.97-0.98x at 4 x 4 and 64 (medians of alternated rollouts in
-// one process; the memory traffic of the record itself stays).
-std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<int64_t> indices, int64_t step) {
+// the record tensors `kept`, at step `step`: a Copy a panel, each to a 64-byte aligned place. Empty,
+// for keep() to copy them instead, where there is no record or a width is not a multiple of 16. The
+// copies stream from both threads, out of registers, in place of a pass of one thread over each
+// output afterwards (at rollout-heavy's 64 rows those took some 10% of a token step): whole rollouts
+// in 0.94-0.97x the time at 8 x 8 rows and 256 tokens, 0.97-0.98x at 4 x 4 and 64 (medians of
+// alternated rollouts in one process; the memory traffic of the record itself stays).
+std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<Kept> kept, int64_t step) {
   std::vector<Copy> copies;
-  for (const int64_t index : indices) {
-    if (index >= static_cast<int64_t>(record.size())) return {};
-    const at::Tensor& t = record[index];
+  for (const Kept& part : kept) {
+    if (part.index >= static_cast<int64_t>(record.size())) return {};
+    const at::Tensor& t = record[part.index];
     float* base = t.data_ptr<float>() + step * t.stride(1);
     if (t.size(2) % kPanel != 0 || t.stride(0) % kPanel != 0 || reinterpret_cast<std::uintptr_t>(base) % 64 != 0)
       return {};
     for (int64_t c = 0; c < t.size(2); c += kPanel) copies.push_back({base + c, t.stride(0)});
   }
   return copies;
+}
+
+// linear() of x [N, K], whose outputs also go into the record tensors `kept` at step `record_at`:
+// written by the panel kernel as it computes them where it can (record_copies), else copied
+// afterwards (keep). Returns the output, contiguous.
+at::Tensor linear_kept(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t kind,
+                       at::TensorList record, int64_t record_at, std::initializer_list<Kept> kept) {
+  const std::vector<Copy> copies = kind == kPanels ? record_copies(record, kept, record_at) : std::vector<Copy>{};
+  const at::Tensor out = linear(x, w, b, kind, &copies).contiguous();
+  if (copies.empty()) {
+    int64_t from = 0;
+    for (const Kept& part : kept) {
+      keep(record, part.index, record_at, out.data_ptr<float>() + from, out.size(1), out.size(0), part.width);
+      from += part.width;
+    }
+  }
+  return out;
 }
 
 // The decode step with its own kernels (`own_kernels`, for the head sizes kernel_for covers): the
@@ -769,21 +789,13 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   }
   const AttendPairs attend = kernel_for(hd);
   const std::optional<at::Tensor> no_bias;
-  // The panel kernel writes what the record keeps as it computes it (record_copies), where it can.
-  const bool copying = !record.empty() && linear_kind == kPanels;
   const double scale = std::pow(static_cast<double>(hd), -0.5);
   for (int64_t i = 0; i < static_cast<int64_t>(qkv_bias.size()); ++i) {
     const at::Tensor* w = &weights[6 * i];
     rms_rows(xp, w[0].contiguous().data_ptr<float>(), yp, n, d, feps);
-    const std::vector<Copy> qkv_copies = copying ? record_copies(record, {7 * i, 7 * i + 1, 7 * i + 2}, record_at)
-                                                 : std::vector<Copy>{};
-    at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind, &qkv_copies).contiguous();  // [N, qkv_width]
+    at::Tensor qkv = linear_kept(y, w[1], qkv_bias.get(i), linear_kind, record, record_at,
+                                 {{7 * i, q_width}, {7 * i + 1, kv_width}, {7 * i + 2, kv_width}});  // [N, qkv_width]
     float* qkvp = qkv.data_ptr<float>();
-    if (qkv_copies.empty()) {
-      keep(record, 7 * i, record_at, qkvp, qkv_width, n, q_width);
-      keep(record, 7 * i + 1, record_at, qkvp + q_width, qkv_width, n, kv_width);
-      keep(record, 7 * i + 2, record_at, qkvp + q_width + kv_width, qkv_width, n, kv_width);
-    }
     rotate_rows(qkvp, n, qkv_width, h + kvh, hd, position, cos.data_ptr<float>(),
                 sin.data_ptr<float>(), cos.stride(0));
     const at::Tensor layer_k = cache_k.select(0, i), layer_v = cache_v.select(0, i);
@@ -801,29 +813,18 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
                                   groups, scale);
     args.rows_per_prompt = rows_per_prompt, args.prompt_slots = prompt_slots;
     attend(args, scores);
-    const std::vector<Copy> o_copies =
-        copying ? record_copies(record, {7 * i + 3}, record_at) : std::vector<Copy>{};
-    const at::Tensor o = linear(att, w[2], no_bias, linear_kind, &o_copies).contiguous();
-    if (o_copies.empty()) keep(record, 7 * i + 3, record_at, o.data_ptr<float>(), d, n, d);
+    const at::Tensor o = linear_kept(att, w[2], no_bias, linear_kind, record, record_at, {{7 * i + 3, d}});
     add_into(xp, o.data_ptr<float>(), n * d);
     rms_rows(xp, w[3].contiguous().data_ptr<float>(), yp, n, d, feps);
-    const std::vector<Copy> gate_up_copies =
-        copying ? record_copies(record, {7 * i + 4, 7 * i + 5}, record_at) : std::vector<Copy>{};
-    const at::Tensor gate_up = linear(y, w[4], no_bias, linear_kind, &gate_up_copies).contiguous();  // [N, 2 I]
-    const int64_t inner = gate_up.size(1) / 2;
-    if (gate_up_copies.empty()) {
-      keep(record, 7 * i + 4, record_at, gate_up.data_ptr<float>(), 2 * inner, n, inner);
-      keep(record, 7 * i + 5, record_at, gate_up.data_ptr<float>() + inner, 2 * inner, n, inner);
-    }
+    const int64_t inner = w[4].size(0) / 2;
+    const at::Tensor gate_up = linear_kept(y, w[4], no_bias, linear_kind, record, record_at,
+                                           {{7 * i + 4, inner}, {7 * i + 5, inner}});  // [N, 2 I]
     at::Tensor act = at::empty({n, inner}, gate_up.options());
     if (!silu_mul_rows(gate_up.data_ptr<float>(), n, inner, act.data_ptr<float>())) {
       act = at::silu(gate_up.slice(1, 0, inner));
       act.mul_(gate_up.slice(1, inner));
     }
-    const std::vector<Copy> down_copies =
-        copying ? record_copies(record, {7 * i + 6}, record_at) : std::vector<Copy>{};
-    const at::Tensor down = linear(act, w[5], no_bias, linear_kind, &down_copies).contiguous();
-    if (down_copies.empty()) keep(record, 7 * i + 6, record_at, down.data_ptr<float>(), d, n, d);
+    const at::Tensor down = linear_kept(act, w[5], no_bias, linear_kind, record, record_at, {{7 * i + 6, d}});
     add_into(xp, down.data_ptr<float>(), n * d);
   }
   rms_rows(xp, norm.contiguous().data_ptr<float>(), yp, n, d, feps);

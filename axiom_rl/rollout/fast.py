@@ -97,10 +97,6 @@ def _effective(linear: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return linear.weight, linear.bias
 
 
-def _concatenated(*parts: torch.Tensor) -> torch.Tensor:
-    return native.stacked(parts)
-
-
 @dataclass
 class _Layer:
     ln1: torch.Tensor
@@ -137,13 +133,13 @@ class _Weights:
         # `stack(*parts)` makes each weight the loop multiplies by, the fused q/k/v and gate/up from
         # their parts: a packing stacks them as it lays them out, without a torch.cat copy first.
         self.linear: Callable[..., torch.Tensor] = F.linear
-        stack: Callable[..., torch.Tensor] = _concatenated
+        stack: Callable[..., torch.Tensor] = native.stacked
         if self.embed.device.type == "cpu" and self.embed.dtype == torch.float32:
             chosen = packing or native.rollout_linear(onednn=cpu_matmul.applies(self.embed))
             if chosen is not None:
                 self.linear, stack = chosen
         lm_head = _effective(base.lm_head)[0]
-        self.vocab, self.intermediate = lm_head.shape[0], 0
+        self.vocab, self.intermediate = lm_head.shape[0], cfg.intermediate_size
         self.lm_head = stack(lm_head)
         self.layers = []
         for layer in inner.layers:
@@ -155,7 +151,6 @@ class _Weights:
             )
             bqkv = torch.cat([bq, bk, bv]) if bq is not None else None
             wg, wu = _effective(mlp.gate_proj)[0], _effective(mlp.up_proj)[0]
-            self.intermediate = wg.shape[0]
             self.layers.append(
                 _Layer(
                     layer.input_layernorm.weight,

@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,9 +225,9 @@ def pack_panels(*parts: torch.Tensor) -> torch.Tensor:
     return torch.ops.axiom_rl.pack_panels([part.detach() for part in parts])
 
 
-def stacked(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+def stacked(*parts: torch.Tensor) -> torch.Tensor:
     """torch.cat(parts), without a copy for a single part."""
-    return parts[0] if len(parts) == 1 else torch.cat(list(parts))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 # (linear, pack): pack(*parts) lays out the weight the parts stack into, for linear.
@@ -237,7 +237,7 @@ PackedLinear = tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
 def _pack_for_onednn(*parts: torch.Tensor) -> torch.Tensor:
     from ..models import cpu_matmul
 
-    return cpu_matmul.pack(stacked(parts))
+    return cpu_matmul.pack(stacked(*parts))
 
 
 def _packed_linear(panels: bool) -> PackedLinear:
