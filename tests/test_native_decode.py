@@ -34,14 +34,19 @@ def panel_kernel() -> bool:
     return native.op() is not None and torch.ops.axiom_rl.panel_kernel()
 
 
+def skip_without_panel_kernel() -> None:
+    if not panel_kernel():
+        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+
+
 @pytest.fixture(params=["panels", "onednn", "default"])
 def linear_library(request, monkeypatch):
     """What runs the rollout's float32 linear layers: decode_step.cpp's own kernel or oneDNN
     (weights packed per rollout for either), or PyTorch's own F.linear."""
     if request.param != "default" and not cpu_matmul.onednn_available():
         pytest.skip("this PyTorch build has no oneDNN, so the rollout keeps F.linear")
-    if request.param == "panels" and not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    if request.param == "panels":
+        skip_without_panel_kernel()
     monkeypatch.setenv(cpu_matmul.ENV, "default" if request.param == "default" else "onednn")
     monkeypatch.setattr(native, "MATMUL_KERNEL", request.param == "panels")
     cpu_matmul.backend.cache_clear()
@@ -281,8 +286,7 @@ def test_the_attention_kernel_refuses_what_it_does_not_cover():
 def test_the_linear_kernel_agrees_with_f_linear_on_every_instruction_set_and_thread_count(
     rows, inputs, outputs
 ):
-    if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    skip_without_panel_kernel()
     gen = torch.Generator().manual_seed(rows + inputs + outputs)
     x = torch.randn((2, rows, inputs), generator=gen)  # leading dimensions, as the step passes them
     weight, bias = torch.randn((outputs, inputs), generator=gen), torch.randn(outputs, generator=gen)
@@ -315,8 +319,7 @@ def test_the_linear_kernel_agrees_with_f_linear_on_every_instruction_set_and_thr
 def test_the_linear_kernel_fuses_each_multiply_and_add(outputs):
     """Each product is added by a fused multiply-add, rounded once (as MKL's and oneDNN's
     kernels do): a product's bits below float32's precision survive its addition."""
-    if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    skip_without_panel_kernel()
     a = 1 + 2**-12  # a * a = 1 + 2**-11 + 2**-24: the last term is lost when the product is rounded
     x = torch.tensor([[1.0, a]] * 16)
     weight = torch.tensor([[-(1 + 2**-11), a]] * outputs)
@@ -335,8 +338,7 @@ def test_the_narrow_last_panel_computes_the_bits_of_a_full_panel_s_columns(rows)
     """The 3 columns past a weight's full panels (a vocabulary of 259) come out as the same 3
     columns do when they are the first of a full panel of 16: one fused multiply-add chain per
     sum, over k in order, whichever way the kernel lays them out."""
-    if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    skip_without_panel_kernel()
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn((rows, 256), generator=gen)
     weight, bias = torch.randn((19, 256), generator=gen), torch.randn(19, generator=gen)
@@ -354,8 +356,7 @@ def test_the_narrow_last_panel_computes_the_bits_of_a_full_panel_s_columns(rows)
 
 @needs_compiler
 def test_the_linear_kernel_refuses_what_it_does_not_cover():
-    if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    skip_without_panel_kernel()
     packed = native.pack_panels(torch.randn(4, 8))
     with pytest.raises(RuntimeError, match="x has 6 features, the weight 8"):
         native.linear_panels(torch.randn(2, 6), packed)
@@ -376,8 +377,7 @@ def test_the_linear_kernel_refuses_what_it_does_not_cover():
 def test_packing_parts_lays_out_what_packing_their_concatenation_does(sizes):
     """A rollout packs q, k and v (and gate and up) as they are, stacked as it goes: the same
     tensor as packing torch.cat of them, panels across the parts' seams included."""
-    if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    skip_without_panel_kernel()
     gen = torch.Generator().manual_seed(sum(sizes))
     parts = [torch.randn((n, 24), generator=gen) for n in sizes]
     parts[0] = parts[0].t().contiguous().t()  # a non-contiguous part too

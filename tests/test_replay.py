@@ -9,7 +9,11 @@ import dataclasses
 
 import pytest
 import torch
-from test_native_decode import needs_compiler, own_kernels, panel_kernel  # noqa: F401 (a fixture)
+from test_native_decode import (  # noqa: F401 (a fixture)
+    needs_compiler,
+    own_kernels,
+    skip_without_panel_kernel,
+)
 
 from axiom_rl.config import TrainConfig
 from axiom_rl.models import replay
@@ -209,8 +213,7 @@ def test_the_kernel_s_streamed_record_holds_the_bits_of_copying_the_outputs_afte
     """The linear kernel writes the record as it computes each output, where the record's rows
     are 64-byte aligned; elsewhere the step copies each output into it afterwards. Buffers one
     float off that alignment take the second way: both records hold the same bits."""
-    if not panel_kernel():
-        pytest.skip("the C++ step's linear kernel does not run here (no build, or no AVX2 and FMA)")
+    skip_without_panel_kernel()
     policy = load_policy("tiny", device="cpu", need_reference=False, seed=5)
     allocate = replay.allocate
 
