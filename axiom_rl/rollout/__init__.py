@@ -52,8 +52,13 @@ def encode_prompts(
     tokenizer: Any, prompts: Sequence[str], max_prompt_length: int
 ) -> tuple[list[list[int]], int]:
     """Token ids of each prompt, keeping the *last* max_prompt_length tokens, and how many
-    prompts lost their beginning that way."""
-    ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    prompts lost their beginning that way.
+
+    One call per prompt: a batch call hands the prompts to the tokenizers library's thread pool,
+    whose threads may wait for cores that PyTorch's OpenMP threads are still spinning on. In
+    training steps on 2 cores (4 short prompts, 24 rollouts) the batch call took 0.37-4.4 ms,
+    mean 0.93; one by one 0.58-0.69 ms, mean 0.62."""
+    ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
     return [row[-max_prompt_length:] for row in ids], sum(len(row) > max_prompt_length for row in ids)
 
 
