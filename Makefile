@@ -50,6 +50,7 @@ bench: $(VENV)/.installed-dev
 	$(PIP) install -q -e '.[bench]'
 	$(BIN)/python benchmarks/verify_throughput.py
 	$(BIN)/python benchmarks/grpo_step.py
+	$(BIN)/python benchmarks/overlap_verification.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache runs

@@ -150,6 +150,11 @@ class TrainConfig(ModelOptions):
     """Sandbox workers (default: CPU cores)."""
     verify_timeout: float | None = None
     """CPU seconds per submission (default: each task's own)."""
+    overlap_verification: str = "auto"
+    """Verify in the sandbox while the model works on: a completion as soon as it ends (the others
+    still decoding), and the reference and old log-probs computed while verification finishes.
+    on, off, or auto: on when training on a GPU (the sandbox then gets one core fewer by default).
+    On a CPU the sandbox and the model share the cores: steps took 1.08-1.16x as long on 2."""
     # -- output -----------------------------------------------------------------------------
     output_dir: str = "runs/axiom-rl"
     """Run directory: config, metrics, samples, checkpoints, final model."""

@@ -3,7 +3,9 @@
 `extract_code` finds the program in raw model text; `score_code` runs it against a problem's
 hidden tests (or its assert-style test code) and judges the results here, in the trusted process:
 expected outputs never enter the sandbox. `verify_many` scores a batch with one thread per
-sandbox worker. Tasks call `score_code` from their `score` method (tasks/base.py).
+sandbox worker; `PendingVerdicts` does the same in the background, row by row as a rollout's
+completions finish (the trainer's overlap_verification). Tasks call `score_code` from their
+`score` method (tasks/base.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import ast
 import re
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .sandbox import Limits, RunResult, Sandbox, decode_value, default_sandbox
@@ -266,18 +268,75 @@ def verify_many(
     limits; `timeout` (CPU seconds per submission) overrides them. `progress`, if given, is
     called once per finished item.
     """
-    from .tasks import get_task
+    if len(problems) != len(completions):
+        raise ValueError("problems and completions differ in length")
+    with PendingVerdicts(problems, sandbox, timeout, progress) as pending:
+        for i, completion in enumerate(completions):
+            pending.submit(i, completion)
+        return pending.result()
 
-    sandbox = sandbox or default_sandbox()
 
-    def one(i: int) -> Verdict:
-        problem = problems[i]
+class PendingVerdicts:
+    """Verifications that run in the background while the caller goes on, one per row of
+    `problems`: `submit(i, completion)` as each completion is ready (a rollout's rows as they
+    finish), `result()` to wait for them all. Its threads keep `sandbox.workers` jobs running at
+    once; the verdicts are those verify_many gives, whatever the order of submission.
+    Use it as a context manager, or call result(): either way its threads end."""
+
+    def __init__(
+        self,
+        problems: Sequence[Problem],
+        sandbox: Sandbox | None = None,
+        timeout: float | None = None,
+        progress: Any = None,
+    ) -> None:
+        self.problems, self.timeout, self.progress = list(problems), timeout, progress
+        self.sandbox = sandbox or default_sandbox()
+        self._futures: list[Future[Verdict] | None] = [None] * len(self.problems)
+        self._pool = ThreadPoolExecutor(max_workers=self.sandbox.workers)
+
+    def submit(self, i: int, completion: str) -> None:
+        """Start verifying row i's completion (each row once)."""
+        if self._futures[i] is not None:
+            raise ValueError(f"row {i} was submitted twice")
+        self._futures[i] = self._pool.submit(self._score, i, completion)
+
+    def submitted(self, i: int) -> bool:
+        return self._futures[i] is not None
+
+    def result(self) -> list[Verdict]:
+        """Every row's verdict, once all have been submitted and scored."""
+        missing = [i for i, f in enumerate(self._futures) if f is None]
+        if missing:
+            raise ValueError(f"rows never submitted for verification: {missing[:10]}")
+        try:
+            return [f.result() for f in self._futures if f is not None]
+        finally:
+            self._pool.shutdown()
+
+    def __enter__(self) -> PendingVerdicts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def cancel(self) -> None:
+        """Start nothing more (an error on the way), wait for what runs, end the threads."""
+        for f in self._futures:
+            if f is not None:
+                f.cancel()
+        self._pool.shutdown()
+
+    def _score(self, i: int, completion: str) -> Verdict:
+        from .tasks import get_task
+
+        problem = self.problems[i]
         task = get_task(problem.task)
         limits = None
-        if timeout is not None:
-            limits = (getattr(task, "default_limits", None) or sandbox.limits).with_timeout(timeout)
+        if self.timeout is not None:
+            limits = (getattr(task, "default_limits", None) or self.sandbox.limits).with_timeout(self.timeout)
         try:
-            verdict = task.score(problem, completions[i], sandbox=sandbox, limits=limits)
+            verdict = task.score(problem, completion, sandbox=self.sandbox, limits=limits)
         except Exception as e:  # a bug of ours must not be learned from as a zero reward
             verdict = Verdict(
                 INTERNAL_ERROR,
@@ -285,11 +344,6 @@ def verify_many(
                 _total(problem),
                 detail=f"verifier error: {type(e).__name__}: {e}"[:DETAIL_CHARS],
             )
-        if progress is not None:
-            progress()
+        if self.progress is not None:
+            self.progress()
         return verdict
-
-    if len(problems) != len(completions):
-        raise ValueError("problems and completions differ in length")
-    with ThreadPoolExecutor(max_workers=sandbox.workers) as pool:
-        return list(pool.map(one, range(len(problems))))

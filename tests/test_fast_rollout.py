@@ -182,6 +182,35 @@ def test_forced_length_and_log_probs_of_the_samples():
     assert batch.completion_mask.sum() == 6 * 16
 
 
+@pytest.mark.parametrize("backend", [FastBackend, HFBackend])
+def test_each_row_is_reported_once_with_its_final_text_and_early_rows_before_the_rest(backend):
+    """on_finished (the trainer's overlap_verification): every row once, with the text the rollout
+    returns; the fast backend reports a row that stops early while the others still decode."""
+    model, tok = build_tiny_model("nano", seed=6)
+    reported: list[tuple[int, str]] = []
+    torch.manual_seed(3)
+    # every letter a stop string: rows of a random model stop at different lengths
+    rollout = backend().generate(
+        model,
+        tok,
+        TEXTS,
+        3,
+        24,
+        1.0,
+        1.0,
+        list(string.ascii_letters),
+        512,
+        on_finished=lambda i, t: reported.append((i, t)),
+    )
+    assert sorted(reported) == list(enumerate(rollout.texts))
+    lengths = [len(rollout.completion_ids[i]) for i, _ in reported]
+    assert len(set(lengths)) > 1  # some rows stopped earlier than others
+    if backend is FastBackend:  # in the order the rows ended, not in row order as at the end
+        assert lengths == sorted(lengths) and [i for i, _ in reported] != list(range(len(rollout.texts)))
+    else:  # transformers' generate returns every row at once: reported in row order at the end
+        assert [i for i, _ in reported] == list(range(len(rollout.texts)))
+
+
 def decoded_both_ways(model, tok, device):
     """The same rollout with the static decode step (a CUDA graph on CUDA) and the eager one."""
     model = model.to(device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,7 +28,7 @@ from axiom_rl.algorithms.losses import clipped_surrogate_loss
 from axiom_rl.cli import main, resolve_config
 from axiom_rl.config import SFTConfig, TrainConfig
 from axiom_rl.errors import UserError
-from axiom_rl.io import current_umask
+from axiom_rl.io import current_umask, write_jsonl_atomic
 from axiom_rl.models.load import load_policy
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.report import plot_run
@@ -170,6 +172,58 @@ def test_code_tasks_are_rewarded_through_the_sandbox(tmp_path):
         f"status/{s}" for s in ("no_code", "syntax_error", "runtime_error", "wrong_answer", "passed")
     }
     assert row["internal_errors"] == 0 and "reward/code_execution" in row
+
+
+def commented_out_problem(i: int) -> Problem:
+    """benchmarks/overlap_verification.py's problems: assert-style (HumanEval's form), the
+    completion lands in a comment, so the sandbox runs every completion and it passes unless it
+    breaks the line (a random model does, now and then)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "overlap_verification.py"
+    spec = importlib.util.spec_from_file_location("overlap_verification_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.commented_out_problem(i)
+
+
+@pytest.mark.parametrize("dynamic_sampling", [False, True])
+def test_overlapped_verification_trains_to_the_same_numbers(tmp_path, dynamic_sampling):
+    """overlap_verification on: completions go to the sandbox as they end and the reference pass
+    runs while they are verified (after the refills, with dynamic sampling). The verdicts, rewards
+    and losses are those of verifying after generation; every completion here is a program the
+    sandbox runs."""
+    problems = tmp_path / "p.jsonl"
+    write_jsonl_atomic(problems, [commented_out_problem(i).to_dict() for i in range(3)])
+    options = dict(
+        tasks=["countdown"],
+        problems_file=str(problems),
+        steps=4,
+        max_completion_length=24,
+        dynamic_sampling=dynamic_sampling,
+    )
+    runs = {
+        mode: train(small(tmp_path, **options, overlap_verification=mode, output_dir=str(tmp_path / mode)))
+        for mode in ("off", "on")
+    }
+    assert strip_timing(runs["on"].metrics) == strip_timing(runs["off"].metrics)
+    statuses = Counter(k for row in runs["on"].metrics for k in row if k.startswith("status/"))
+    assert {"status/passed", "status/syntax_error"} <= statuses.keys() <= {
+        "status/passed", "status/syntax_error", "status/runtime_error"
+    }, statuses  # fmt: skip
+
+
+def test_overlap_verification_is_on_where_the_model_runs_on_a_gpu():
+    from axiom_rl.train.grpo import overlaps_verification
+    from axiom_rl.train.plan import plan_run
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert [overlaps_verification(TrainConfig(overlap_verification=m), cpu) for m in ("auto", "on", "off")] == [
+        False, True, False
+    ]  # fmt: skip
+    assert overlaps_verification(TrainConfig(), gpu) and not overlaps_verification(
+        TrainConfig(overlap_verification="off"), gpu
+    )
+    with pytest.raises(UserError, match="unknown overlap verification 'sometimes'"):
+        plan_run(TrainConfig(overlap_verification="sometimes"))
 
 
 @pytest.mark.parametrize("estimator", sorted(ADVANTAGES))

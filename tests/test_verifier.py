@@ -12,7 +12,7 @@ from axiom_rl.sandbox import Sandbox
 from axiom_rl.tasks import generate_problems, get_task, task_names
 from axiom_rl.tasks.importers import import_humaneval, import_mbpp, mbpp_entry_point
 from axiom_rl.types import NO_CODE, PASSED, WRONG_ANSWER
-from axiom_rl.verifier import build_program, extract_code, has_fenced_function, verify_many
+from axiom_rl.verifier import PendingVerdicts, build_program, extract_code, has_fenced_function, verify_many
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +85,26 @@ def test_wrong_code_gets_partial_credit_and_no_code_is_no_code(sandbox):
     v = verify_many([p], [wrong], sandbox)[0]
     assert v.status == WRONG_ANSWER and 0 <= v.passed < v.total == len(p.tests)
     assert verify_many([p], ["I don't know"], sandbox)[0].status == NO_CODE
+
+
+def test_verifying_in_the_background_row_by_row_gives_verify_many_s_verdicts(sandbox):
+    """PendingVerdicts (the trainer's overlap_verification): rows submitted one at a time in any
+    order, the verdicts in row order, each row once."""
+    problems = [p for n in ("fizzbuzz", "max_subarray") for p in generate_problems(n, 3, 2, seed=2)]
+    right = [f"```python\n{p.reference_solution}```" for p in problems]
+    completions = [right[0], "no code here", right[2], right[3].replace("return", "return 1 +", 1)]
+    pending = PendingVerdicts(problems, sandbox)
+    for i in (3, 1, 0, 2):
+        pending.submit(i, completions[i])
+    with pytest.raises(ValueError, match="submitted twice"):
+        pending.submit(1, completions[1])
+    got = pending.result()
+    assert [v.status for v in got] == [v.status for v in verify_many(problems, completions, sandbox)]
+    assert [v.status for v in got][:3] == [PASSED, NO_CODE, PASSED] and got[3].status != PASSED
+    with PendingVerdicts(problems, sandbox) as partial:
+        partial.submit(0, completions[0])
+        with pytest.raises(ValueError, match=r"never submitted for verification: \[1, 2, 3\]"):
+            partial.result()
 
 
 # ----------------------------------------------------------------------------------- benchmarks

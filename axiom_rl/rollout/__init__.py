@@ -8,7 +8,7 @@ sampled (when it is not also EOS), so it only ever means padding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,12 @@ class Rollout:
     linear_outputs: Any = None
 
 
+# Called once for every row of a rollout as soon as its text is final (row, text): during decoding
+# for a row that ends early where the backend can tell, at the end for the others. The trainer
+# starts verifying there (overlap_verification).
+OnFinished = Callable[[int, str], None]
+
+
 class RolloutBackend(Protocol):
     name: str
 
@@ -45,6 +51,7 @@ class RolloutBackend(Protocol):
         top_p: float,
         stop_strings: Sequence[str],
         max_prompt_length: int,
+        on_finished: OnFinished | None = None,
     ) -> Rollout: ...
 
 

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import cpu_matmul, replay
-from . import Rollout, decode_completion, encode_prompts, native, trim_completion
+from . import OnFinished, Rollout, decode_completion, encode_prompts, native, trim_completion
 
 T = TypeVar("T")
 
@@ -527,6 +527,7 @@ class FastBackend:
         top_p: float,
         stop_strings: Sequence[str],
         max_prompt_length: int,
+        on_finished: OnFinished | None = None,
     ) -> Rollout:
         w = _Weights(model)
         device, dtype = w.embed.device, w.embed.dtype
@@ -565,6 +566,7 @@ class FastBackend:
         out = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)
         done = torch.zeros(n, dtype=torch.bool, device=device)
         stop_check = _StopCheck(tokenizer, stop_strings)
+        reported = [False] * n  # rows handed to on_finished
         static_step = (
             _StaticDecode(w, cache_k, cache_v, allowed, cos, sin, p)
             if static and max_new_tokens > 1
@@ -592,6 +594,10 @@ class FastBackend:
                 done |= tokens == eos
                 if stop_check.active:
                     done |= stop_check(out, t, done)
+                if on_finished is not None:
+                    reported = self._report_finished(
+                        out, t, done, reported, tokenizer, stop_strings, on_finished
+                    )
             # No row can be done before min_new_tokens: skip reading `done` back (a device sync) until then.
             if t + 1 == max_new_tokens or (t >= self.min_new_tokens and bool(done.all())):
                 break
@@ -617,7 +623,28 @@ class FastBackend:
             rows_completion.append(kept)
             texts.append(decode_completion(tokenizer, kept))
             finished.append(stopped)
+            if on_finished is not None and not reported[i]:
+                on_finished(i, texts[-1])
         return Rollout(rows_prompt, rows_completion, texts, finished, truncated, record)
+
+    @staticmethod
+    def _report_finished(
+        out: torch.Tensor,
+        t: int,
+        done: torch.Tensor,
+        reported: list[bool],
+        tokenizer: Any,
+        stop_strings: Sequence[str],
+        on_finished: OnFinished,
+    ) -> list[bool]:
+        """Hand the rows that ended at step t to on_finished, while the others decode on. Their
+        text is final: a done row only gets padding from here on, which trimming drops."""
+        for i, ended in enumerate(done.tolist()):
+            if ended and not reported[i]:
+                kept, _ = trim_completion(out[i, : t + 1].tolist(), tokenizer, stop_strings)
+                on_finished(i, decode_completion(tokenizer, kept))
+                reported[i] = True
+        return reported
 
     def _record(self, w: _Weights, rows: int, steps: int) -> replay.LinearOutputs | None:
         if not (self.record_linear_outputs and replay.ENABLED):

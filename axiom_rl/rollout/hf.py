@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from . import Rollout, decode_completion, encode_prompts, left_pad, trim_completion
+from . import OnFinished, Rollout, decode_completion, encode_prompts, left_pad, trim_completion
 
 
 class HFBackend:
@@ -28,6 +28,7 @@ class HFBackend:
         top_p: float,
         stop_strings: Sequence[str],
         max_prompt_length: int,
+        on_finished: OnFinished | None = None,
     ) -> Rollout:
         device = next(model.parameters()).device
         prompt_ids, truncated = encode_prompts(tokenizer, prompts, max_prompt_length)
@@ -61,4 +62,6 @@ class HFBackend:
             rows_completion.append(kept)
             texts.append(decode_completion(tokenizer, kept))
             finished.append(done)
+            if on_finished is not None:  # generate returns every row at once: all of them now
+                on_finished(i, texts[-1])
         return Rollout(rows_prompt, rows_completion, texts, finished, truncated)

@@ -50,7 +50,7 @@ from ..sandbox import Sandbox, pool_size
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
-from ..verifier import verify_many
+from ..verifier import PendingVerdicts, verify_many
 from .batch import TokenBatch, build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
 from .distributed import Parallel
@@ -108,39 +108,104 @@ def rollout_and_score(
     plan: Plan,
     sandbox: Sandbox | None,
 ) -> Scored:
+    return start_rollout(policy, backend, problems, cfg, plan, sandbox, overlap=False).scored()
+
+
+@dataclass
+class PendingRollout:
+    """A rollout whose completions may still be under verification (overlap_verification)."""
+
+    problems: list[Problem]  # [B]
+    rollout: Rollout  # [B*G]
+    rows: list[Problem]  # [B*G]
+    plan: Plan
+    time_rollout: float
+    sandbox: Sandbox | None
+    timeout: float | None
+    background: PendingVerdicts | None  # the verifications under way, where they overlap
+
+    def discard(self) -> None:
+        """Give up (an error on the way): start no more verification, end the threads."""
+        if self.background is not None:
+            self.background.cancel()
+
+    def verdicts(self) -> list[Verdict]:
+        texts = self.rollout.texts
+        if self.background is not None:
+            return self.background.result()
+        if self.sandbox is not None:
+            return verify_many(self.rows, texts, self.sandbox, timeout=self.timeout)
+        return [get_task(p.task).score(p, text) for p, text in zip(self.rows, texts)]
+
+    def scored(self) -> Scored:
+        """Wait for the verdicts (verify, where nothing did yet); the rewards. time_reward is
+        the time spent here."""
+        start = time.perf_counter()
+        verdicts = self.verdicts()
+        texts = self.rollout.texts
+        scored = [
+            compute_reward(p, text, v, self.plan.rewards) for p, text, v in zip(self.rows, texts, verdicts)
+        ]
+        return Scored(
+            self.problems,
+            self.rollout,
+            verdicts,
+            [r for r, _ in scored],
+            [c for _, c in scored],
+            self.time_rollout,
+            time.perf_counter() - start,
+        )
+
+
+def start_rollout(
+    policy: Policy,
+    backend: Any,
+    problems: list[Problem],
+    cfg: TrainConfig,
+    plan: Plan,
+    sandbox: Sandbox | None,
+    overlap: bool,
+) -> PendingRollout:
+    """Generate G completions per problem. With `overlap` (and a sandbox), each completion goes to
+    the sandbox as soon as it ends, while the others decode on, and verification may still be
+    running when this returns; otherwise it starts when generation is done (`scored()`)."""
     g = cfg.num_generations
     prompts = [format_prompt(p, policy.tokenizer, plan.prompt_style, cfg.chat_template) for p in problems]
     stops = sorted({s for p in problems for s in get_task(p.task).stop_strings})
     if cfg.min_completion_length >= cfg.max_completion_length:
         stops = []  # forced full length: identical work for every completion
+    rows = [p for p in problems for _ in range(g)]
+    background = PendingVerdicts(rows, sandbox, timeout=cfg.verify_timeout) if overlap and sandbox else None
     start = time.perf_counter()
     policy.model.eval()
-    rollout = backend.generate(
-        policy.model,
-        policy.tokenizer,
-        prompts,
-        g,
-        cfg.max_completion_length,
-        cfg.temperature,
-        cfg.top_p,
-        stops,
-        cfg.max_prompt_length,
-    )
-    mid = time.perf_counter()
-    rows = [p for p in problems for _ in range(g)]
-    verdicts = verify_many(rows, rollout.texts, sandbox, timeout=cfg.verify_timeout) if sandbox else [
-        get_task(p.task).score(p, text) for p, text in zip(rows, rollout.texts)
-    ]  # fmt: skip
-    scored = [compute_reward(p, text, v, plan.rewards) for p, text, v in zip(rows, rollout.texts, verdicts)]
-    return Scored(
-        problems,
-        rollout,
-        verdicts,
-        [r for r, _ in scored],
-        [c for _, c in scored],
-        mid - start,
-        time.perf_counter() - mid,
-    )
+    try:
+        rollout = backend.generate(
+            policy.model,
+            policy.tokenizer,
+            prompts,
+            g,
+            cfg.max_completion_length,
+            cfg.temperature,
+            cfg.top_p,
+            stops,
+            cfg.max_prompt_length,
+            on_finished=background.submit if background else None,
+        )
+    except BaseException:
+        if background is not None:
+            background.cancel()
+        raise
+    elapsed = time.perf_counter() - start
+    return PendingRollout(problems, rollout, rows, plan, elapsed, sandbox, cfg.verify_timeout, background)
+
+
+def overlaps_verification(cfg: TrainConfig, device: torch.device) -> bool:
+    """overlap_verification resolved: auto is on where the model runs on a GPU, leaving the CPU
+    cores to the sandbox. On a CPU they share the cores: on 2, training steps whose 16 completions
+    all ran in the sandbox took 1.08-1.16x as long overlapped (benchmarks/overlap_verification.py)."""
+    if cfg.overlap_verification == "auto":
+        return device.type == "cuda"
+    return cfg.overlap_verification == "on"
 
 
 def usable(verdicts: list[Verdict]) -> list[bool]:
@@ -229,6 +294,26 @@ def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Te
         for s in micro_batches(batch.input_ids.shape[0], cfg.gradient_accumulation_steps)
     ]
     return torch.cat(parts)
+
+
+def rollout_batch(rollout: Rollout, policy: Policy) -> TokenBatch:
+    return build_batch(
+        rollout.prompt_ids, rollout.completion_ids, policy.tokenizer.pad_token_id, policy.device
+    )
+
+
+def frozen_passes(
+    policy: Policy, batch: TokenBatch, cfg: TrainConfig
+) -> tuple[TokenBatch, torch.Tensor | None, torch.Tensor | None, float]:
+    """(batch, reference log-probs, old log-probs, seconds): each None where it is not needed
+    (beta = 0; mu = 1). Neither reads the rewards or the completion mask."""
+    start = time.perf_counter()
+    ref = None
+    if cfg.beta != 0.0:
+        with policy.reference_mode() as reference:
+            ref = frozen_logprobs(reference, batch, cfg)
+    old = frozen_logprobs(policy.model, batch, cfg) if cfg.num_iterations > 1 else None
+    return batch, ref, old, time.perf_counter() - start
 
 
 def optimizer_step(
@@ -451,7 +536,9 @@ def _train(
 
     result = TrainResult(run_dir, step, is_main=parallel.is_main)
     budget_spent = False
-    workers = cfg.verify_workers or max(1, (os.cpu_count() or 1) // parallel.world)
+    overlap = plan.needs_sandbox and overlaps_verification(cfg, policy.device)
+    # The cores this rank may use; beside the model (overlap), one stays for the thread driving it.
+    workers = cfg.verify_workers or max(1, (os.cpu_count() or 1) // parallel.world - int(overlap))
     # A rollout verifies prompts_per_step x G completions at once (a DAPO refill, fewer).
     workers = pool_size(workers, cfg.prompts_per_step * cfg.num_generations)
     sandbox = Sandbox(workers=workers) if plan.needs_sandbox else None
@@ -480,8 +567,19 @@ def _train(
                 log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
                 budget_spent = True
                 break
-            # 1. rollout and verification
-            scored = rollout_and_score(policy, backend, stream.take(cfg.prompts_per_step), cfg, plan, sandbox)
+            # 1. rollout and verification; with overlap_verification, the reference and old
+            # log-probs (which need no reward) run while the sandbox finishes
+            pending = start_rollout(
+                policy, backend, stream.take(cfg.prompts_per_step), cfg, plan, sandbox, overlap
+            )
+            early = None
+            if overlap and not cfg.dynamic_sampling:  # (a refill would change the batch's rows)
+                try:
+                    early = frozen_passes(policy, rollout_batch(pending.rollout, policy), cfg)
+                except BaseException:
+                    pending.discard()
+                    raise
+            scored = pending.scored()
             if scored.rollout.truncated_prompts and not warned_truncation:
                 warned_truncation = True
                 cut = truncation_warning(
@@ -504,12 +602,7 @@ def _train(
                 **cfg.advantage_params,
                 **estimator_extras(cfg, scored, kalman, step),
             )
-            batch = build_batch(
-                scored.rollout.prompt_ids,
-                scored.rollout.completion_ids,
-                policy.tokenizer.pad_token_id,
-                policy.device,
-            )
+            batch = early[0] if early is not None else rollout_batch(scored.rollout, policy)
             keep = torch.tensor(usable(scored.verdicts), dtype=torch.float32, device=policy.device)
             batch.completion_mask *= keep.unsqueeze(1)
             advantages = info.advantages.to(policy.device)
@@ -520,13 +613,8 @@ def _train(
                     say,
                 )
             # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
-            start = time.perf_counter()
-            ref = None
-            if cfg.beta != 0.0:
-                with policy.reference_mode() as reference:
-                    ref = frozen_logprobs(reference, batch, cfg)
-            old = frozen_logprobs(policy.model, batch, cfg) if cfg.num_iterations > 1 else None
-            time_ref = time_reference = time.perf_counter() - start
+            _, ref, old, time_ref = early if early is not None else frozen_passes(policy, batch, cfg)
+            time_reference = time_ref
             # 4. num_iterations optimizer steps on this rollout
             for _ in range(cfg.num_iterations):
                 if step >= cfg.steps:

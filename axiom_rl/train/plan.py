@@ -80,6 +80,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
     choose("krpo key", cfg.krpo_key, ("problem", "task"))
+    choose("overlap verification", cfg.overlap_verification, ("auto", "on", "off"))
     at_least(
         ("steps", cfg.steps, 1),
         ("prompts_per_step", cfg.prompts_per_step, 1),
