@@ -266,6 +266,10 @@ class EvalConfig:
     """Sandbox workers (default: CPU cores)."""
     timeout: float | None = None
     """CPU seconds per submission (default: each task's own)."""
+    overlap_verification: str = "auto"
+    """Verify a batch's completions as they end, while the rest decode, and store the batch while
+    the next one generates: on, off, or auto (on for a model on a GPU; on a CPU the sandbox and
+    the model share the cores). The results are the same either way."""
 
 
 # Flag names of the seeds' scripts, accepted as aliases.

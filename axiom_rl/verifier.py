@@ -11,6 +11,7 @@ completions finish (the trainer's overlap_verification). Tasks call `score_code`
 from __future__ import annotations
 
 import ast
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -253,6 +254,28 @@ def _judge_assert_run(run: RunResult) -> Verdict:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+OVERLAP_CHOICES = ("auto", "on", "off")
+
+
+def overlaps_verification(choice: str, device_type: str) -> bool:
+    """`--overlap-verification` resolved for a model on `device_type` ("cpu", "cuda"): auto is on
+    on a GPU, whose host cores are free while it computes. On a CPU the sandbox and the model
+    share the cores: on 2, training steps whose 16 completions all ran in the sandbox took
+    1.08-1.16x as long overlapped (benchmarks/overlap_verification.py)."""
+    if choice == "auto":
+        return device_type == "cuda"
+    return choice == "on"
+
+
+def sandbox_workers(requested: int | None, overlap: bool, processes: int = 1) -> int:
+    """Sandbox slots: those asked for, else one per core this process may use (the cores shared
+    among `processes` on the machine), one fewer beside the model (overlap): that core is the
+    thread's that drives it."""
+    if requested is not None:
+        return requested
+    return max(1, (os.cpu_count() or 1) // processes - int(overlap))
 
 
 def verify_many(

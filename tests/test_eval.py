@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from axiom_rl.errors import UserError
 from axiom_rl.eval.evaluate import default_run_name, evaluate, summarize
 from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
 from axiom_rl.eval.store import Attempt, ResultsDB
+from axiom_rl.io import write_jsonl_atomic
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.tasks import generate_problems, get_task, parse_task_list, task_names
 from axiom_rl.tasks.prompts import format_prompt
@@ -236,6 +238,47 @@ def test_an_interrupted_evaluation_finishes_without_duplicates(tmp_path, model_d
     key = lambda r: (r["problem_id"], r["sample"])  # noqa: E731
     assert sorted(map(key, cut)) == sorted(map(key, full))
     assert [r["completion"] for r in sorted(cut, key=key)] == [r["completion"] for r in sorted(full, key=key)]
+
+
+def test_overlapped_verification_stores_what_verifying_after_generation_does(tmp_path, model_dir):
+    """overlap_verification on: each batch's completions go to the sandbox as they end and a batch
+    is stored once the next has generated. The same attempts, every one a sandbox run; a run begun
+    one way finishes the other (the option is not one of the run's settings)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "overlap_verification.py"
+    spec = importlib.util.spec_from_file_location("overlap_verification_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    problems = tmp_path / "p.jsonl"
+    write_jsonl_atomic(problems, [bench.commented_out_problem(i).to_dict() for i in range(7)])
+
+    def attempts(db: Path) -> list[tuple]:
+        with ResultsDB(db) as store:
+            rows = store.attempts(store.require_run("r"))
+        return sorted((r["problem_id"], r["sample"], r["completion"], r["status"], r["reward"]) for r in rows)
+
+    options = dict(
+        model=str(model_dir),
+        problems_file=str(problems),
+        samples=3,
+        temperature=1.0,
+        max_completion_length=24,
+    )
+    options.update(batch_size=4, run_name="r")
+    for mode in ("off", "on"):
+        evaluate(EvalConfig(**options, db=str(tmp_path / f"{mode}.db"), overlap_verification=mode))
+    plain = attempts(tmp_path / "off.db")
+    assert attempts(tmp_path / "on.db") == plain and len(plain) == 21
+    assert {status for *_, status, _ in plain} == {"passed", "syntax_error"}
+
+    with pytest.raises(KeyboardInterrupt):  # after the first batch: on, then finished off
+        evaluate(
+            EvalConfig(**options, db=str(tmp_path / "cut.db"), overlap_verification="on"),
+            progress=lambda done, total: (_ for _ in ()).throw(KeyboardInterrupt),
+        )
+    with ResultsDB(tmp_path / "cut.db") as db:
+        assert len(db.attempts(db.require_run("r"))) == 4 * 3  # the first batch, verified and stored
+    evaluate(EvalConfig(**options, db=str(tmp_path / "cut.db"), overlap_verification="off"))
+    assert attempts(tmp_path / "cut.db") == plain
 
 
 def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):

@@ -212,16 +212,15 @@ def test_overlapped_verification_trains_to_the_same_numbers(tmp_path, dynamic_sa
 
 
 def test_overlap_verification_is_on_where_the_model_runs_on_a_gpu():
-    from axiom_rl.train.grpo import overlaps_verification
     from axiom_rl.train.plan import plan_run
+    from axiom_rl.verifier import overlaps_verification, sandbox_workers
 
-    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
-    assert [overlaps_verification(TrainConfig(overlap_verification=m), cpu) for m in ("auto", "on", "off")] == [
-        False, True, False
-    ]  # fmt: skip
-    assert overlaps_verification(TrainConfig(), gpu) and not overlaps_verification(
-        TrainConfig(overlap_verification="off"), gpu
-    )
+    assert [overlaps_verification(choice, "cpu") for choice in ("auto", "on", "off")] == [False, True, False]
+    assert [overlaps_verification(choice, "cuda") for choice in ("auto", "on", "off")] == [True, True, False]
+    cores = os.cpu_count() or 1
+    assert sandbox_workers(None, False) == cores and sandbox_workers(3, True) == 3
+    assert sandbox_workers(None, True) == max(1, cores - 1)  # a core for the thread driving the model
+    assert sandbox_workers(None, False, processes=2) == max(1, cores // 2)
     with pytest.raises(UserError, match="unknown overlap verification 'sometimes'"):
         plan_run(TrainConfig(overlap_verification="sometimes"))
 

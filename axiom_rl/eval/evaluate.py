@@ -8,10 +8,11 @@ and finishes without duplicates (finished batches are skipped).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,8 @@ from ..train.plan import (
     parse_tasks_and_difficulties,
     resolve_prompt_style,
 )
-from ..types import PASSED, Problem
-from ..verifier import verify_many
+from ..types import PASSED, Problem, Verdict
+from ..verifier import OVERLAP_CHOICES, PendingVerdicts, overlaps_verification, sandbox_workers, verify_many
 from ..verify_files import read_problems_file
 from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
@@ -46,6 +47,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
     """Every option checked, before a progress bar draws or a database opens."""
     choose("split", cfg.split, SPLITS)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
+    choose("overlap verification", cfg.overlap_verification, OVERLAP_CHOICES)
     at_least(
         ("count", cfg.count, 1),
         ("samples", cfg.samples, 1),
@@ -104,7 +106,9 @@ def evaluate(
     problems = eval_problems(cfg)
     name = cfg.run_name or default_run_name(cfg)
     settings = {
-        k: v for k, v in asdict(cfg).items() if k not in ("db", "run_name", "workers", "batch_size", "device")
+        k: v
+        for k, v in asdict(cfg).items()
+        if k not in ("db", "run_name", "workers", "batch_size", "device", "overlap_verification")
     }
     if not cfg.problems_file:  # as runs stored before the option existed recorded them: they resume
         del settings["problems_file"]
@@ -140,14 +144,26 @@ def _generate_and_store(
     progress: Callable[[int, int], None] | None,
 ) -> int:  # fmt: skip
     """Generate, verify and store the `todo` problems' attempts; returns how many of their prompts
-    were cut to max_prompt_length."""
+    were cut to max_prompt_length. With overlap_verification, a batch's completions go to the
+    sandbox as they end, and the batch is stored once the next one has generated."""
     model, tokenizer, _ = load_for_inference(cfg.model, cfg.dtype, cfg.device, cfg.tiny_size, cfg.seed)
     backend = get_backend("auto", model)
     needs_sandbox = any(get_task(problems[i].task).runs_code for i in todo)
-    # At most one batch of problems x samples is verified at once.
-    jobs = min(len(todo), cfg.batch_size) * cfg.samples
-    sandbox = Sandbox(workers=pool_size(cfg.workers, jobs)).start() if needs_sandbox else None
+    overlap = needs_sandbox and overlaps_verification(cfg.overlap_verification, model.device.type)
+    # At most one batch of problems x samples is verified at once (two, overlapped).
+    jobs = min(len(todo), cfg.batch_size) * cfg.samples * (1 + overlap)
+    workers = pool_size(sandbox_workers(cfg.workers, overlap), jobs)
+    sandbox = Sandbox(workers=workers).start() if needs_sandbox else None
     finished, truncated = len(problems) - len(todo), 0
+    generated: list[_Generated] = []  # waiting for their verdicts, oldest first
+
+    def store(batch: _Generated) -> None:
+        nonlocal finished
+        db.add_batch(run, batch.problems, batch.attempts())
+        finished += len(batch.problems)
+        if progress is not None:
+            progress(finished, len(problems))
+
     try:
         for start in range(0, len(todo), cfg.batch_size):
             indexes = todo[start : start + cfg.batch_size]
@@ -155,6 +171,8 @@ def _generate_and_store(
             torch.manual_seed(cfg.seed * 1_000_003 + indexes[0])  # the same samples on a rerun
             prompts = [format_prompt(p, tokenizer, style, cfg.chat_template) for p in batch]
             stops = sorted({s for p in batch for s in get_task(p.task).stop_strings})
+            rows = [p for p in batch for _ in range(cfg.samples)]
+            pending = PendingVerdicts(rows, sandbox, cfg.timeout) if overlap else None
             t0 = time.perf_counter()
             rollout = backend.generate(
                 model,
@@ -166,39 +184,69 @@ def _generate_and_store(
                 cfg.top_p,
                 stops,
                 cfg.max_prompt_length,
+                on_finished=pending.submit if pending is not None else None,
             )
             truncated += rollout.truncated_prompts
             per_row = (time.perf_counter() - t0) / max(1, len(rollout.texts))
-            rows = [p for p in batch for _ in range(cfg.samples)]
-            if sandbox is not None:
-                verdicts = verify_many(rows, rollout.texts, sandbox, timeout=cfg.timeout)
+            if pending is not None:
+                verdicts: Callable[[], list[Verdict]] = pending.result
+            elif sandbox is not None:
+                verdicts = functools.partial(verify_many, rows, rollout.texts, sandbox, timeout=cfg.timeout)
             else:
-                verdicts = [get_task(p.task).score(p, text) for p, text in zip(rows, rollout.texts)]
-            attempts = []
-            for k, (p, text, v) in enumerate(zip(rows, rollout.texts, verdicts)):
-                reward, _ = compute_reward(p, text, v)
-                attempts.append(
-                    Attempt(
-                        p.id,
-                        k % cfg.samples,
-                        text,
-                        reward,
-                        v.status,
-                        v.passed,
-                        v.total,
-                        len(rollout.completion_ids[k]),
-                        per_row + v.time_s,
-                        v.detail[:300],
-                    )
-                )
-            db.add_batch(run, batch, attempts)
-            finished += len(batch)
-            if progress is not None:
-                progress(finished, len(problems))
+                verdicts = functools.partial(_score_in_process, rows, rollout.texts)
+            generated.append(_Generated(batch, rows, rollout, per_row, cfg.samples, verdicts, pending))
+            while len(generated) > int(overlap):  # overlapped: the batch before this one
+                store(generated.pop(0))
+        while generated:
+            store(generated.pop(0))
     finally:
+        for batch in generated:  # stopped on the way: nothing more starts
+            batch.discard()
         if sandbox is not None:
             sandbox.close()
     return truncated
+
+
+def _score_in_process(rows: list[Problem], texts: list[str]) -> list[Verdict]:
+    return [get_task(p.task).score(p, text) for p, text in zip(rows, texts)]
+
+
+@dataclass
+class _Generated:
+    """A batch's completions, their verdicts still to come (or under way)."""
+
+    problems: list[Problem]
+    rows: list[Problem]
+    rollout: Any
+    per_row: float  # seconds of generation per completion
+    samples: int
+    verdicts: Callable[[], list[Verdict]]
+    background: PendingVerdicts | None
+
+    def discard(self) -> None:
+        if self.background is not None:
+            self.background.cancel()
+
+    def attempts(self) -> list[Attempt]:
+        out = []
+        texts = self.rollout.texts
+        for k, (p, text, v) in enumerate(zip(self.rows, texts, self.verdicts())):
+            reward, _ = compute_reward(p, text, v)
+            out.append(
+                Attempt(
+                    p.id,
+                    k % self.samples,
+                    text,
+                    reward,
+                    v.status,
+                    v.passed,
+                    v.total,
+                    len(self.rollout.completion_ids[k]),
+                    self.per_row + v.time_s,
+                    v.detail[:300],
+                )
+            )
+        return out
 
 
 def summarize(attempts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

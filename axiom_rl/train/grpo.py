@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import os
 import statistics
 import time
 from collections import Counter
@@ -50,7 +49,7 @@ from ..sandbox import Sandbox, pool_size
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
-from ..verifier import PendingVerdicts, verify_many
+from ..verifier import PendingVerdicts, overlaps_verification, sandbox_workers, verify_many
 from .batch import TokenBatch, build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
 from .distributed import Parallel
@@ -197,15 +196,6 @@ def start_rollout(
         raise
     elapsed = time.perf_counter() - start
     return PendingRollout(problems, rollout, rows, plan, elapsed, sandbox, cfg.verify_timeout, background)
-
-
-def overlaps_verification(cfg: TrainConfig, device: torch.device) -> bool:
-    """overlap_verification resolved: auto is on where the model runs on a GPU, leaving the CPU
-    cores to the sandbox. On a CPU they share the cores: on 2, training steps whose 16 completions
-    all ran in the sandbox took 1.08-1.16x as long overlapped (benchmarks/overlap_verification.py)."""
-    if cfg.overlap_verification == "auto":
-        return device.type == "cuda"
-    return cfg.overlap_verification == "on"
 
 
 def usable(verdicts: list[Verdict]) -> list[bool]:
@@ -536,9 +526,8 @@ def _train(
 
     result = TrainResult(run_dir, step, is_main=parallel.is_main)
     budget_spent = False
-    overlap = plan.needs_sandbox and overlaps_verification(cfg, policy.device)
-    # The cores this rank may use; beside the model (overlap), one stays for the thread driving it.
-    workers = cfg.verify_workers or max(1, (os.cpu_count() or 1) // parallel.world - int(overlap))
+    overlap = plan.needs_sandbox and overlaps_verification(cfg.overlap_verification, policy.device.type)
+    workers = sandbox_workers(cfg.verify_workers, overlap, processes=parallel.world)
     # A rollout verifies prompts_per_step x G completions at once (a DAPO refill, fewer).
     workers = pool_size(workers, cfg.prompts_per_step * cfg.num_generations)
     sandbox = Sandbox(workers=workers) if plan.needs_sandbox else None

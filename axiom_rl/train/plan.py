@@ -18,6 +18,7 @@ from ..rollout import BACKENDS
 from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
 from ..types import Problem
+from ..verifier import OVERLAP_CHOICES
 from ..verify_files import read_problems_file
 
 
@@ -80,7 +81,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
     choose("krpo key", cfg.krpo_key, ("problem", "task"))
-    choose("overlap verification", cfg.overlap_verification, ("auto", "on", "off"))
+    choose("overlap verification", cfg.overlap_verification, OVERLAP_CHOICES)
     at_least(
         ("steps", cfg.steps, 1),
         ("prompts_per_step", cfg.prompts_per_step, 1),
