@@ -299,6 +299,24 @@ def verify_many(
         return pending.result()
 
 
+def collect_verdicts(
+    problems: Sequence[Problem],
+    completions: Sequence[str],
+    sandbox: Sandbox | None,
+    timeout: float | None,
+    background: PendingVerdicts | None = None,
+) -> list[Verdict]:
+    """completions[i]'s verdict against problems[i]: `background`'s where they were verified
+    there, else verified now, in `sandbox`, or in this process where no task runs code (None)."""
+    if background is not None:
+        return background.result()
+    if sandbox is not None:
+        return verify_many(problems, completions, sandbox, timeout=timeout)
+    from .tasks import get_task
+
+    return [get_task(p.task).score(p, text) for p, text in zip(problems, completions)]
+
+
 class PendingVerdicts:
     """Verifications that run in the background while the caller goes on, one per row of
     `problems`: `submit(i, completion)` as each completion is ready (a rollout's rows as they

@@ -34,7 +34,13 @@ from ..train.plan import (
     resolve_prompt_style,
 )
 from ..types import PASSED, Problem, Verdict
-from ..verifier import OVERLAP_CHOICES, PendingVerdicts, overlaps_verification, sandbox_workers, verify_many
+from ..verifier import (
+    OVERLAP_CHOICES,
+    PendingVerdicts,
+    collect_verdicts,
+    overlaps_verification,
+    sandbox_workers,
+)
 from ..verify_files import read_problems_file
 from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
@@ -188,12 +194,7 @@ def _generate_and_store(
             )
             truncated += rollout.truncated_prompts
             per_row = (time.perf_counter() - t0) / max(1, len(rollout.texts))
-            if pending is not None:
-                verdicts: Callable[[], list[Verdict]] = pending.result
-            elif sandbox is not None:
-                verdicts = functools.partial(verify_many, rows, rollout.texts, sandbox, timeout=cfg.timeout)
-            else:
-                verdicts = functools.partial(_score_in_process, rows, rollout.texts)
+            verdicts = functools.partial(collect_verdicts, rows, rollout.texts, sandbox, cfg.timeout, pending)
             generated.append(_Generated(batch, rows, rollout, per_row, cfg.samples, verdicts, pending))
             while len(generated) > int(overlap):  # overlapped: the batch before this one
                 store(generated.pop(0))
@@ -205,10 +206,6 @@ def _generate_and_store(
         if sandbox is not None:
             sandbox.close()
     return truncated
-
-
-def _score_in_process(rows: list[Problem], texts: list[str]) -> list[Verdict]:
-    return [get_task(p.task).score(p, text) for p, text in zip(rows, texts)]
 
 
 @dataclass

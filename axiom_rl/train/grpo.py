@@ -49,7 +49,7 @@ from ..sandbox import Sandbox, pool_size
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
-from ..verifier import PendingVerdicts, overlaps_verification, sandbox_workers, verify_many
+from ..verifier import PendingVerdicts, collect_verdicts, overlaps_verification, sandbox_workers
 from .batch import TokenBatch, build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
 from .distributed import Parallel
@@ -99,17 +99,6 @@ class Scored:
     time_reward: float = 0.0
 
 
-def rollout_and_score(
-    policy: Policy,
-    backend: Any,
-    problems: list[Problem],
-    cfg: TrainConfig,
-    plan: Plan,
-    sandbox: Sandbox | None,
-) -> Scored:
-    return start_rollout(policy, backend, problems, cfg, plan, sandbox, overlap=False).scored()
-
-
 @dataclass
 class PendingRollout:
     """A rollout whose completions may still be under verification (overlap_verification)."""
@@ -128,19 +117,13 @@ class PendingRollout:
         if self.background is not None:
             self.background.cancel()
 
-    def verdicts(self) -> list[Verdict]:
-        texts = self.rollout.texts
-        if self.background is not None:
-            return self.background.result()
-        if self.sandbox is not None:
-            return verify_many(self.rows, texts, self.sandbox, timeout=self.timeout)
-        return [get_task(p.task).score(p, text) for p, text in zip(self.rows, texts)]
-
     def scored(self) -> Scored:
         """Wait for the verdicts (verify, where nothing did yet); the rewards. time_reward is
         the time spent here."""
         start = time.perf_counter()
-        verdicts = self.verdicts()
+        verdicts = collect_verdicts(
+            self.rows, self.rollout.texts, self.sandbox, self.timeout, self.background
+        )
         texts = self.rollout.texts
         scored = [
             compute_reward(p, text, v, self.plan.rewards) for p, text, v in zip(self.rows, texts, verdicts)
@@ -232,7 +215,9 @@ def refill_flat_groups(
         flat = [i for i, row in enumerate(rewards) if float(row.max() - row.min()) <= 1e-6]
         if not flat:
             break
-        fresh = rollout_and_score(policy, backend, stream.take(len(flat)), cfg, plan, sandbox)
+        fresh = start_rollout(
+            policy, backend, stream.take(len(flat)), cfg, plan, sandbox, overlap=False
+        ).scored()
         for k, i in enumerate(flat):
             scored.problems[i] = fresh.problems[k]
             for j in range(g):
