@@ -342,9 +342,6 @@ class PendingVerdicts:
             raise ValueError(f"row {i} was submitted twice")
         self._futures[i] = self._pool.submit(self._score, i, completion)
 
-    def submitted(self, i: int) -> bool:
-        return self._futures[i] is not None
-
     def result(self) -> list[Verdict]:
         """Every row's verdict, once all have been submitted and scored."""
         missing = [i for i, f in enumerate(self._futures) if f is None]
