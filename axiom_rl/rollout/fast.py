@@ -92,7 +92,10 @@ def _effective(linear: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
                 if name in linear.lora_A:
                     a = linear.lora_A[name].weight
                     b = linear.lora_B[name].weight
-                    weight = weight + (b @ a).to(weight.dtype) * linear.scaling[name]
+                    # weight + (b @ a) * scaling, in the product's own buffer: the same bits
+                    # without the two temporaries of the weight's size
+                    delta = (b @ a).to(weight.dtype)
+                    weight = delta.mul_(linear.scaling[name]).add_(weight)
         return weight, bias
     return linear.weight, linear.bias
 
