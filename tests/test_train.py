@@ -185,12 +185,12 @@ def commented_out_problem(i: int) -> Problem:
     return module.commented_out_problem(i)
 
 
-@pytest.mark.parametrize("dynamic_sampling", [False, True])
-def test_overlapped_verification_trains_to_the_same_numbers(tmp_path, dynamic_sampling):
-    """overlap_verification on: completions go to the sandbox as they end and the reference pass
-    runs while they are verified (after the refills, with dynamic sampling). The verdicts, rewards
-    and losses are those of verifying after generation; every completion here is a program the
-    sandbox runs."""
+@pytest.mark.parametrize(("dynamic_sampling", "num_iterations"), [(False, 1), (True, 1), (False, 2)])
+def test_overlapped_verification_trains_to_the_same_numbers(tmp_path, dynamic_sampling, num_iterations):
+    """overlap_verification on: completions go to the sandbox as they end and the reference (and
+    old) log-probs are computed while they are verified (after the refills, with dynamic sampling).
+    The verdicts, rewards and losses are those of verifying after generation; every completion
+    here is a program the sandbox runs."""
     problems = tmp_path / "p.jsonl"
     write_jsonl_atomic(problems, [commented_out_problem(i).to_dict() for i in range(3)])
     options = dict(
@@ -199,6 +199,7 @@ def test_overlapped_verification_trains_to_the_same_numbers(tmp_path, dynamic_sa
         steps=4,
         max_completion_length=24,
         dynamic_sampling=dynamic_sampling,
+        num_iterations=num_iterations,
     )
     runs = {
         mode: train(small(tmp_path, **options, overlap_verification=mode, output_dir=str(tmp_path / mode)))
