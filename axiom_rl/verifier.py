@@ -14,7 +14,7 @@ import ast
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -299,22 +299,38 @@ def verify_many(
         return pending.result()
 
 
-def collect_verdicts(
-    problems: Sequence[Problem],
-    completions: Sequence[str],
-    sandbox: Sandbox | None,
-    timeout: float | None,
-    background: PendingVerdicts | None = None,
-) -> list[Verdict]:
-    """completions[i]'s verdict against problems[i]: `background`'s where they were verified
-    there, else verified now, in `sandbox`, or in this process where no task runs code (None)."""
-    if background is not None:
-        return background.result()
-    if sandbox is not None:
-        return verify_many(problems, completions, sandbox, timeout=timeout)
-    from .tasks import get_task
+class BatchVerification:
+    """The verdicts of one batch of rows (`problems`): verified in the background as each row's
+    completion arrives (`background`, with a sandbox: hand on_finished to the rollout), else all at
+    once when asked for, in the sandbox, or in this process where no task runs code (no sandbox)."""
 
-    return [get_task(p.task).score(p, text) for p, text in zip(problems, completions)]
+    def __init__(
+        self, problems: Sequence[Problem], sandbox: Sandbox | None, timeout: float | None, background: bool
+    ) -> None:
+        self.problems, self.sandbox, self.timeout = list(problems), sandbox, timeout
+        self._pending = (
+            PendingVerdicts(self.problems, sandbox, timeout) if background and sandbox is not None else None
+        )
+
+    @property
+    def on_finished(self) -> Callable[[int, str], None] | None:
+        """What verifies row i's completion as it arrives; None when they are verified at the end."""
+        return self._pending.submit if self._pending is not None else None
+
+    def verdicts(self, completions: Sequence[str]) -> list[Verdict]:
+        """completions[i]'s verdict against problems[i] (waiting for those under way)."""
+        if self._pending is not None:
+            return self._pending.result()
+        if self.sandbox is not None:
+            return verify_many(self.problems, completions, self.sandbox, timeout=self.timeout)
+        from .tasks import get_task
+
+        return [get_task(p.task).score(p, text) for p, text in zip(self.problems, completions)]
+
+    def discard(self) -> None:
+        """Give up (an error on the way): start no more verification, end the threads."""
+        if self._pending is not None:
+            self._pending.cancel()
 
 
 class PendingVerdicts:

@@ -8,7 +8,6 @@ and finishes without duplicates (finished batches are skipped).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -33,14 +32,8 @@ from ..train.plan import (
     parse_tasks_and_difficulties,
     resolve_prompt_style,
 )
-from ..types import PASSED, Problem, Verdict
-from ..verifier import (
-    OVERLAP_CHOICES,
-    PendingVerdicts,
-    collect_verdicts,
-    overlaps_verification,
-    sandbox_workers,
-)
+from ..types import PASSED, Problem
+from ..verifier import OVERLAP_CHOICES, BatchVerification, overlaps_verification, sandbox_workers
 from ..verify_files import read_problems_file
 from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
@@ -178,31 +171,34 @@ def _generate_and_store(
             prompts = [format_prompt(p, tokenizer, style, cfg.chat_template) for p in batch]
             stops = sorted({s for p in batch for s in get_task(p.task).stop_strings})
             rows = [p for p in batch for _ in range(cfg.samples)]
-            pending = PendingVerdicts(rows, sandbox, cfg.timeout) if overlap else None
+            verification = BatchVerification(rows, sandbox, cfg.timeout, background=overlap)
             t0 = time.perf_counter()
-            rollout = backend.generate(
-                model,
-                tokenizer,
-                prompts,
-                cfg.samples,
-                cfg.max_completion_length,
-                cfg.temperature,
-                cfg.top_p,
-                stops,
-                cfg.max_prompt_length,
-                on_finished=pending.submit if pending is not None else None,
-            )
+            try:
+                rollout = backend.generate(
+                    model,
+                    tokenizer,
+                    prompts,
+                    cfg.samples,
+                    cfg.max_completion_length,
+                    cfg.temperature,
+                    cfg.top_p,
+                    stops,
+                    cfg.max_prompt_length,
+                    on_finished=verification.on_finished,
+                )
+            except BaseException:  # its rows already under way: nothing more starts
+                verification.discard()
+                raise
             truncated += rollout.truncated_prompts
             per_row = (time.perf_counter() - t0) / max(1, len(rollout.texts))
-            verdicts = functools.partial(collect_verdicts, rows, rollout.texts, sandbox, cfg.timeout, pending)
-            generated.append(_Generated(batch, rows, rollout, per_row, cfg.samples, verdicts, pending))
+            generated.append(_Generated(batch, rollout, per_row, cfg.samples, verification))
             while len(generated) > int(overlap):  # overlapped: the batch before this one
                 store(generated.pop(0))
         while generated:
             store(generated.pop(0))
     finally:
         for batch in generated:  # stopped on the way: nothing more starts
-            batch.discard()
+            batch.verification.discard()
         if sandbox is not None:
             sandbox.close()
     return truncated
@@ -213,21 +209,16 @@ class _Generated:
     """A batch's completions, their verdicts still to come (or under way)."""
 
     problems: list[Problem]
-    rows: list[Problem]
     rollout: Any
     per_row: float  # seconds of generation per completion
     samples: int
-    verdicts: Callable[[], list[Verdict]]
-    background: PendingVerdicts | None
-
-    def discard(self) -> None:
-        if self.background is not None:
-            self.background.cancel()
+    verification: BatchVerification  # of the rows: each problem `samples` times
 
     def attempts(self) -> list[Attempt]:
         out = []
         texts = self.rollout.texts
-        for k, (p, text, v) in enumerate(zip(self.rows, texts, self.verdicts())):
+        rows = self.verification.problems
+        for k, (p, text, v) in enumerate(zip(rows, texts, self.verification.verdicts(texts))):
             reward, _ = compute_reward(p, text, v)
             out.append(
                 Attempt(

@@ -598,9 +598,7 @@ class FastBackend:
                 if stop_check.active:
                     done |= stop_check(out, t, done)
                 if on_finished is not None:
-                    reported = self._report_finished(
-                        out, t, done, reported, tokenizer, stop_strings, on_finished
-                    )
+                    self._report_finished(out, t, done, reported, tokenizer, stop_strings, on_finished)
             # No row can be done before min_new_tokens: skip reading `done` back (a device sync) until then.
             if t + 1 == max_new_tokens or (t >= self.min_new_tokens and bool(done.all())):
                 break
@@ -639,15 +637,15 @@ class FastBackend:
         tokenizer: Any,
         stop_strings: Sequence[str],
         on_finished: OnFinished,
-    ) -> list[bool]:
-        """Hand the rows that ended at step t to on_finished, while the others decode on. Their
-        text is final: a done row only gets padding from here on, which trimming drops."""
+    ) -> None:
+        """Hand the rows that ended at step t to on_finished, while the others decode on, and mark
+        them in `reported`. Their text is final: a done row only gets padding from here on, which
+        trimming drops."""
         for i, ended in enumerate(done.tolist()):
             if ended and not reported[i]:
                 kept, _ = trim_completion(out[i, : t + 1].tolist(), tokenizer, stop_strings)
                 on_finished(i, decode_completion(tokenizer, kept))
                 reported[i] = True
-        return reported
 
     def _record(self, w: _Weights, rows: int, steps: int) -> replay.LinearOutputs | None:
         if not (self.record_linear_outputs and replay.ENABLED):

@@ -49,7 +49,7 @@ from ..sandbox import Sandbox, pool_size
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
-from ..verifier import PendingVerdicts, collect_verdicts, overlaps_verification, sandbox_workers
+from ..verifier import BatchVerification, overlaps_verification, sandbox_workers
 from .batch import TokenBatch, build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
 from .distributed import Parallel
@@ -105,28 +105,19 @@ class PendingRollout:
 
     problems: list[Problem]  # [B]
     rollout: Rollout  # [B*G]
-    rows: list[Problem]  # [B*G]
     plan: Plan
     time_rollout: float
-    sandbox: Sandbox | None
-    timeout: float | None
-    background: PendingVerdicts | None  # the verifications under way, where they overlap
-
-    def discard(self) -> None:
-        """Give up (an error on the way): start no more verification, end the threads."""
-        if self.background is not None:
-            self.background.cancel()
+    verification: BatchVerification  # of the rows [B*G]
 
     def scored(self) -> Scored:
         """Wait for the verdicts (verify, where nothing did yet); the rewards. time_reward is
         the time spent here."""
         start = time.perf_counter()
-        verdicts = collect_verdicts(
-            self.rows, self.rollout.texts, self.sandbox, self.timeout, self.background
-        )
         texts = self.rollout.texts
+        verdicts = self.verification.verdicts(texts)
         scored = [
-            compute_reward(p, text, v, self.plan.rewards) for p, text, v in zip(self.rows, texts, verdicts)
+            compute_reward(p, text, v, self.plan.rewards)
+            for p, text, v in zip(self.verification.problems, texts, verdicts)
         ]
         return Scored(
             self.problems,
@@ -157,7 +148,7 @@ def start_rollout(
     if cfg.min_completion_length >= cfg.max_completion_length:
         stops = []  # forced full length: identical work for every completion
     rows = [p for p in problems for _ in range(g)]
-    background = PendingVerdicts(rows, sandbox, timeout=cfg.verify_timeout) if overlap and sandbox else None
+    verification = BatchVerification(rows, sandbox, cfg.verify_timeout, background=overlap)
     start = time.perf_counter()
     policy.model.eval()
     try:
@@ -171,14 +162,12 @@ def start_rollout(
             cfg.top_p,
             stops,
             cfg.max_prompt_length,
-            on_finished=background.submit if background else None,
+            on_finished=verification.on_finished,
         )
     except BaseException:
-        if background is not None:
-            background.cancel()
+        verification.discard()
         raise
-    elapsed = time.perf_counter() - start
-    return PendingRollout(problems, rollout, rows, plan, elapsed, sandbox, cfg.verify_timeout, background)
+    return PendingRollout(problems, rollout, plan, time.perf_counter() - start, verification)
 
 
 def usable(verdicts: list[Verdict]) -> list[bool]:
@@ -279,16 +268,16 @@ def rollout_batch(rollout: Rollout, policy: Policy) -> TokenBatch:
 
 def frozen_passes(
     policy: Policy, batch: TokenBatch, cfg: TrainConfig
-) -> tuple[TokenBatch, torch.Tensor | None, torch.Tensor | None, float]:
-    """(batch, reference log-probs, old log-probs, seconds): each None where it is not needed
-    (beta = 0; mu = 1). Neither reads the rewards or the completion mask."""
+) -> tuple[torch.Tensor | None, torch.Tensor | None, float]:
+    """(reference log-probs, old log-probs, seconds): each None where it is not needed (beta = 0;
+    mu = 1). Neither reads the rewards or the completion mask."""
     start = time.perf_counter()
     ref = None
     if cfg.beta != 0.0:
         with policy.reference_mode() as reference:
             ref = frozen_logprobs(reference, batch, cfg)
     old = frozen_logprobs(policy.model, batch, cfg) if cfg.num_iterations > 1 else None
-    return batch, ref, old, time.perf_counter() - start
+    return ref, old, time.perf_counter() - start
 
 
 def optimizer_step(
@@ -546,12 +535,13 @@ def _train(
             pending = start_rollout(
                 policy, backend, stream.take(cfg.prompts_per_step), cfg, plan, sandbox, overlap
             )
-            early = None
+            batch, early = None, None
             if overlap and not cfg.dynamic_sampling:  # (a refill would change the batch's rows)
                 try:
-                    early = frozen_passes(policy, rollout_batch(pending.rollout, policy), cfg)
+                    batch = rollout_batch(pending.rollout, policy)
+                    early = frozen_passes(policy, batch, cfg)
                 except BaseException:
-                    pending.discard()
+                    pending.verification.discard()
                     raise
             scored = pending.scored()
             if scored.rollout.truncated_prompts and not warned_truncation:
@@ -576,7 +566,8 @@ def _train(
                 **cfg.advantage_params,
                 **estimator_extras(cfg, scored, kalman, step),
             )
-            batch = early[0] if early is not None else rollout_batch(scored.rollout, policy)
+            if batch is None:
+                batch = rollout_batch(scored.rollout, policy)
             keep = torch.tensor(usable(scored.verdicts), dtype=torch.float32, device=policy.device)
             batch.completion_mask *= keep.unsqueeze(1)
             advantages = info.advantages.to(policy.device)
@@ -587,7 +578,7 @@ def _train(
                     say,
                 )
             # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
-            _, ref, old, time_ref = early if early is not None else frozen_passes(policy, batch, cfg)
+            ref, old, time_ref = early if early is not None else frozen_passes(policy, batch, cfg)
             time_reference = time_ref
             # 4. num_iterations optimizer steps on this rollout
             for _ in range(cfg.num_iterations):
