@@ -11,6 +11,7 @@ completions finish (the trainer's overlap_verification). Tasks call `score_code`
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 import warnings
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .sandbox import Limits, RunResult, Sandbox, decode_value, default_sandbox
+from .sandbox import Limits, RunResult, Sandbox, decode_value, default_sandbox, judging
 from .tasks.checkers import run_checker
 from .types import (
     INTERNAL_ERROR,
@@ -133,18 +134,29 @@ def score_code(
     if program is None:
         return Verdict(NO_CODE, 0, _total(problem), detail="no code found in the completion")
     if problem.test_code:
-        run = sandbox.run_tests(
-            program,
-            problem.entry_point or "",
-            problem.test_code,
-            str(problem.metadata.get("judge_prelude") or ""),
-            limits,
-        )
-        return _judge_assert_run(run)
+        return _judge_assert_run(_run_assert_tests(problem, program, sandbox, limits))
     if problem.tests is None or problem.entry_point is None:
         return Verdict(INTERNAL_ERROR, detail=f"problem {problem.id} has neither tests nor test code")
     run = sandbox.run_calls(program, problem.entry_point, [list(t.args) for t in problem.tests], limits)
     return _judge_io_run(problem, run)
+
+
+def _run_assert_tests(problem: Problem, program: str, sandbox: Sandbox, limits: Limits | None) -> RunResult:
+    """Assert-style tests, with the report the judge makes as the run's one message.
+
+    Tests that only call the candidate with literal arguments (most of HumanEval and MBPP) are
+    replayed here over the answers of one io-mode run, with no judge process and no round trip
+    per call; the report is the judge's own (judging.py). The others go to the judge."""
+    entry_point, test_code = problem.entry_point or "", problem.test_code or ""
+    prelude = str(problem.metadata.get("judge_prelude") or "")
+    calls = judging.replayable_calls(test_code, entry_point, prelude)
+    if calls is None:
+        return sandbox.run_tests(program, entry_point, test_code, prelude, limits)
+    run = sandbox.run_calls(program, entry_point, calls, limits, replay=True)
+    if run.internal_error:
+        return run
+    report = judging.replay_report(test_code, entry_point, run.messages, run.reason)
+    return dataclasses.replace(run, messages=[] if report is None else [report])
 
 
 def _total(problem: Problem) -> int:

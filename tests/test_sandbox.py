@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for_no_leftovers
 
-from axiom_rl.sandbox import Limits, Sandbox, decode_value, landlock_rules, syscall_filter
+from axiom_rl.sandbox import Limits, Sandbox, decode_value, judging, landlock_rules, syscall_filter
 from axiom_rl.types import (
     MEMORY_LIMIT,
     PASSED,
@@ -534,6 +534,9 @@ def assert_problem(test_code: str) -> Problem:
 
 
 CHECK = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 5) == 10\n"
+# The same tests in a form only the judge process runs (a statement besides the asserts); CHECK
+# is replayed in the parent over the candidate's answers (tests/test_judging.py).
+CHECK_JUDGED = "def check(candidate):\n    ten = 10\n    assert candidate(1, 2) == 3\n    assert candidate(5, 5) == ten\n"
 
 
 @pytest.mark.parametrize(
@@ -549,21 +552,24 @@ CHECK = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert cand
         "import sys\ndef add(a, b):\n    f = sys._getframe(1)\n    return f.f_locals.get('expected', 0)",
     ],
 )
-def test_assert_style_tests_cannot_be_faked(sandbox, code):
-    v = score_code(assert_problem(CHECK), f"```python\n{code}\n```", sandbox, LIMITS)
+@pytest.mark.parametrize("tests", [CHECK, CHECK_JUDGED], ids=["replayed", "judged"])
+def test_assert_style_tests_cannot_be_faked(sandbox, code, tests):
+    assert (judging.replayable_calls(tests, "add") is None) == (tests is CHECK_JUDGED)
+    v = score_code(assert_problem(tests), f"```python\n{code}\n```", sandbox, LIMITS)
     assert v.status != PASSED, (code, v)
     assert not wait_for_no_leftovers()
 
 
-def test_assert_style_partial_credit_and_pass(sandbox):
+@pytest.mark.parametrize("tests", [CHECK, CHECK_JUDGED], ids=["replayed", "judged"])
+def test_assert_style_partial_credit_and_pass(sandbox, tests):
     right = score_code(
-        assert_problem(CHECK), "```python\ndef add(a, b):\n    return a + b\n```", sandbox, LIMITS
+        assert_problem(tests), "```python\ndef add(a, b):\n    return a + b\n```", sandbox, LIMITS
     )
     assert right.status == PASSED and right.passed == right.total == 2
-    half = score_code(assert_problem(CHECK), "```python\ndef add(a, b):\n    return 3\n```", sandbox, LIMITS)
+    half = score_code(assert_problem(tests), "```python\ndef add(a, b):\n    return 3\n```", sandbox, LIMITS)
     assert half.status == WRONG_ANSWER and (half.passed, half.total) == (1, 2)
     loop = score_code(
-        assert_problem(CHECK), "```python\ndef add(a, b):\n    while True: pass\n```", sandbox, LIMITS
+        assert_problem(tests), "```python\ndef add(a, b):\n    while True: pass\n```", sandbox, LIMITS
     )
     assert loop.status == TIMEOUT
 

@@ -55,7 +55,12 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   process, where the candidate is an RPC stub. The candidate cannot see the judge (another
   pid namespace) and shares no descriptor with it but the RPC socket. Nothing the candidate
   prints, writes to a descriptor, or does to its own process (sys.exit, os._exit, signals) can
-  produce a pass: the pass count comes from the judge after the tests ran.
+  produce a pass: the pass count comes from the judge after the tests ran. Tests that only
+  call the candidate with literal arguments, and otherwise hold nothing but constants,
+  arithmetic, comparisons and a few builtins (judging.replayable_calls: most of HumanEval and
+  MBPP), skip the judge: the candidate answers the known calls in the io mode, as for built-in
+  tasks, and the trusted parent runs the same test code over those answers (plain data), so
+  neither the tests nor the expected values come near the candidate there either.
 - A submission that dies before reporting (exit, signal, kill) has failed the tests it did
   not report. One stuck submission costs its own limits on one worker, never the pool.
 

@@ -331,16 +331,26 @@ class Sandbox:
             self._free.put(slot)
 
     def run_calls(
-        self, code: str, entry_point: str, calls: list[list[Any]], limits: Limits | None = None
+        self,
+        code: str,
+        entry_point: str,
+        calls: list[list[Any]],
+        limits: Limits | None = None,
+        replay: bool = False,
     ) -> RunResult:
         """Run `code`, then call `entry_point(*args)` for each args in `calls`.
 
         Result messages: {"load": ...}, then {"i", "ok", "value" (codec-encoded) | "kind", "error"}
         per call, then {"done": true}. Expected outputs are not sent: compare in the caller.
+
+        `replay`: the calls of assert-style tests that the caller runs over the answers
+        (judging.replay_report). Their arguments travel codec-encoded, as the judge's do (tuples
+        stay tuples), and the run stops at a call that runs out of time or memory.
         """
-        return self._run(
-            {"mode": "io", "code": code, "entry_point": entry_point, "calls": calls}, limits or self.limits
-        )
+        job = {"mode": "io", "code": code, "entry_point": entry_point, "calls": calls}
+        if replay:
+            job.update(replay=True, calls=[codec.encode(list(args)) for args in calls])
+        return self._run(job, limits or self.limits)
 
     def run_tests(
         self, code: str, entry_point: str, test_code: str, prelude: str = "", limits: Limits | None = None

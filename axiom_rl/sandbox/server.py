@@ -6,8 +6,9 @@ per worker slot, with a scrubbed environment, in a session of its own. Stdlib on
     parent (trusted; holds the expected outputs, which never come here)
       └─ monitor, one per slot (this file's main loop: interpreter and common modules loaded
          │  once; trusted; reads a job, enforces limits, reports, waits for the next job)
-         ├─ judge (one per slot, forked before any job; assert-style tests only: runs each
-         │         job's trusted test code, in which the candidate function is an RPC stub)
+         ├─ judge (one per slot, forked before any job; assert-style tests the parent cannot
+         │         replay (judging.py): runs each job's trusted test code, in which the
+         │         candidate function is an RPC stub)
          └─ candidate (per job, untrusted: a fresh fork in fresh namespaces; answers with plain
                        data only, and is killed, with everything it started, at the end)
 
@@ -20,7 +21,6 @@ for the policy: what is and is not covered.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import contextlib
 import ctypes
@@ -44,6 +44,7 @@ import traceback
 from collections.abc import Callable
 
 import codec  # sibling modules: the script's directory is sys.path[0] until we drop it below
+import judging
 import landlock_rules
 import syscall_filter
 
@@ -595,26 +596,22 @@ def _kind(e: BaseException) -> str:
     return "runtime_error"
 
 
-def _describe(e: BaseException) -> str:
-    return (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)[:300]
-
-
 def _load(code: str, entry_point: str, budget: _Budget) -> tuple[object, dict, dict]:
     """Compile and run the submission: (its function or None, its namespace, a status message)."""
     signal.signal(signal.SIGPROF, _on_cpu_alarm)
     try:
         compiled = compile(code, "<submission>", "exec")
     except MemoryError as e:
-        return None, {}, {"load": "memory_limit", "error": _describe(e)}
+        return None, {}, {"load": "memory_limit", "error": judging.describe(e)}
     except (SyntaxError, ValueError, OverflowError, RecursionError) as e:
-        return None, {}, {"load": "syntax_error", "error": _describe(e)}
+        return None, {}, {"load": "syntax_error", "error": judging.describe(e)}
     namespace: dict = {"__name__": "__submission__", "__builtins__": builtins}
     budget.arm()
     try:
         exec(compiled, namespace)
     except BaseException as e:
         budget.disarm()
-        return None, {}, {"load": _kind(e), "error": _describe(e)}
+        return None, {}, {"load": _kind(e), "error": judging.describe(e)}
     budget.disarm()
     fn = namespace.get(entry_point)
     if not callable(fn):
@@ -635,7 +632,7 @@ def _call(fn: object, args: list, kwargs: dict, budget: _Budget) -> dict:
         return {"ok": False, "kind": "runtime_error", "error": f"result cannot be returned: {e}"[:300]}
     except BaseException as e:
         budget.disarm()
-        return {"ok": False, "kind": _kind(e), "error": _describe(e), "exc": type(e).__name__}
+        return {"ok": False, "kind": _kind(e), "error": judging.describe(e), "exc": type(e).__name__}
     return {"ok": True, "value": _Raw(encoded), "cpu": round(cpu, 6)}
 
 
@@ -654,14 +651,22 @@ def _send_result(fd: int, result: dict) -> None:
 
 
 def candidate_io(job: dict, out_fd: int) -> None:
-    """Run the submission on each input in turn, one result line per call."""
+    """Run the submission on each input in turn, one result line per call.
+
+    A replayed job (assert-style tests the parent runs over the answers: judging.py) has its
+    arguments codec-encoded, as the judge's calls are, and stops at a call that ran out of time
+    or memory, after which the judge would have called no more."""
     budget = _Budget(job["limits"])
     fn, _, status = _load(job["code"], job["entry_point"], budget)
     send_line(out_fd, status)
     if fn is None:
         return
+    replay = bool(job.get("replay"))
     for i, args in enumerate(job["calls"]):
-        _send_result(out_fd, dict(_call(fn, args, {}, budget), i=i))
+        result = _call(fn, codec.decode(args) if replay else args, {}, budget)
+        _send_result(out_fd, dict(result, i=i))
+        if replay and result.get("kind") in ("timeout", "memory_limit"):
+            break
     send_line(out_fd, {"done": True})
 
 
@@ -693,86 +698,33 @@ def candidate_rpc(job: dict, sock_fd: int) -> None:
 # ------------------------------------------------------------------ the judge (trusted test code)
 
 
-class CandidateFailed(Exception):
-    """The candidate could not answer (it crashed, timed out, or sent something malformed)."""
-
-
-class CandidateStub:
-    """Stands in for the submitted function inside the test code: every call is an RPC, and only
-    plain data comes back, so no object the submission made ever reaches an `assert`."""
+class CandidateStub(judging.Stub):
+    """The candidate inside the test code: every call is an RPC to its process."""
 
     def __init__(self, fd: int, reader: LineReader, wall_timeout: float) -> None:
-        self.fd, self.reader, self.wall_timeout, self.dead, self.calls = fd, reader, wall_timeout, "", 0
+        super().__init__()
+        self.fd, self.reader, self.wall_timeout = fd, reader, wall_timeout
 
-    def _fail(self, why: str) -> CandidateFailed:
-        self.dead = why
-        return CandidateFailed(why)
-
-    def __call__(self, *args: object, **kwargs: object) -> object:
-        if self.dead:
-            raise CandidateFailed(self.dead)
-        self.calls += 1
+    def _exchange(self, args: tuple, kwargs: dict) -> object:
         try:
             request = {
                 "args": codec.encode(list(args), allow_objects=True),
                 "kwargs": codec.encode(kwargs, allow_objects=True),
             }
             send_line(self.fd, request)
-            reply = self.reader.read(self.wall_timeout)
+            return self.reader.read(self.wall_timeout)
         except (OSError, ValueError, codec.EncodeError) as e:
             raise self._fail(f"candidate connection failed: {e}") from None
-        if reply is None:
-            raise self._fail("candidate exited" if self.reader.eof else "timeout")
-        if not isinstance(reply, dict) or "ok" not in reply:
-            raise self._fail("candidate sent a malformed reply")
-        if reply["ok"]:
-            try:
-                return codec.decode(reply.get("value"))
-            except Exception:
-                raise self._fail("candidate returned malformed data") from None
-        if reply.get("kind") in ("timeout", "memory_limit"):
-            raise self._fail(reply["kind"])
-        # A builtin exception type is re-raised by name, for tests that expect e.g. ValueError.
-        exc = getattr(builtins, str(reply.get("exc")), None)
-        if not (isinstance(exc, type) and issubclass(exc, Exception)):
-            exc = CandidateFailed
-        raise exc(str(reply.get("error", "candidate raised"))[:300])
 
-
-def instrument(test_code: str) -> tuple[object, int]:
-    """Wrap each test statement -- a top-level statement containing `assert` -- so that a failing
-    one is recorded and the next still runs (partial credit). Targets the body of `check` when
-    the code defines it (HumanEval), else the module body (MBPP's list of asserts)."""
-    tree = ast.parse(test_code)
-    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
-    owner = check if check is not None else tree
-    count, body = 0, []
-    for stmt in owner.body:
-        if any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
-            handler = ast.ExceptHandler(
-                type=ast.Name("BaseException", ast.Load()),
-                name="__axiom_e__",
-                body=ast.parse(f"__axiom_record__({count}, __axiom_e__)").body,
-            )
-            ok = ast.parse(f"__axiom_record__({count}, None)").body
-            body.append(ast.Try(body=[stmt, *ok], handlers=[handler], orelse=[], finalbody=[]))
-            count += 1
-        else:
-            body.append(stmt)
-    owner.body = body
-    return compile(ast.fix_missing_locations(tree), "<tests>", "exec"), count
-
-
-_INSTRUMENTED: dict[str, tuple[object, int]] = {}
-_COMPILED_PRELUDES: dict[str, object] = {}
+    def _no_reply(self) -> str:
+        return "candidate exited" if self.reader.eof else "timeout"
 
 
 def judge_loop(channel: int) -> None:
     """The judge process of a slot: forked once, it runs one job's test code at a time.
 
     Each job arrives as a JSON line with the candidate's socket attached (SCM_RIGHTS); the answer
-    goes back as one line. Test code runs in a fresh namespace per job; its compiled, instrumented
-    form is cached, since the same problems come back every training step.
+    goes back as one line. Test code runs in a fresh namespace per job (judging.run_tests).
     """
     sock = socket.socket(fileno=channel)
     buf, fds = b"", []
@@ -808,56 +760,11 @@ def judge(job: dict, sock_fd: int) -> dict:
             if reader.eof
             else {"load": "timeout", "error": "loading took too long"}
         )
-    if not isinstance(status, dict) or status.get("load") != "ok":
-        status = (
-            status if isinstance(status, dict) else {"load": "runtime_error", "error": "malformed status"}
-        )
-        return {"load": str(status.get("load")), "error": str(status.get("error", ""))[:300]}
+    failed = judging.load_failure(status)
+    if failed is not None:
+        return failed
     stub = CandidateStub(sock_fd, reader, wall)
-    outcomes: dict[int, str] = {}
-
-    def record(i: int, exc: BaseException | None) -> None:
-        if exc is None:
-            outcomes[i] = ""
-        elif isinstance(exc, AssertionError):
-            outcomes[i] = "assertion failed" + (f": {str(exc)[:200]}" if str(exc) else "")
-        else:
-            outcomes[i] = _describe(exc)
-
-    try:
-        if job["test_code"] not in _INSTRUMENTED:
-            if len(_INSTRUMENTED) > 4096:
-                _INSTRUMENTED.clear()
-            _INSTRUMENTED[job["test_code"]] = instrument(job["test_code"])
-        code, total = _INSTRUMENTED[job["test_code"]]
-    except SyntaxError as e:
-        return {"load": "ok", "internal": f"the test code does not parse: {e}"}
-    namespace: dict = {"__name__": "__tests__", "__axiom_record__": record, "__builtins__": builtins}
-    aborted = ""
-    try:
-        if job.get("prelude"):
-            if job["prelude"] not in _COMPILED_PRELUDES:
-                if len(_COMPILED_PRELUDES) > 4096:
-                    _COMPILED_PRELUDES.clear()
-                _COMPILED_PRELUDES[job["prelude"]] = compile(job["prelude"], "<prelude>", "exec")
-            exec(_COMPILED_PRELUDES[job["prelude"]], namespace)
-        namespace[job["entry_point"]] = stub
-        exec(code, namespace)
-        if callable(namespace.get("check")):
-            namespace["check"](stub)
-    except BaseException as e:
-        aborted = _describe(e)
-    if total == 0:  # nothing to count: passing means the tests ran to the end
-        total, outcomes = 1, {0: aborted}
-    failures = [outcomes.get(i, aborted or "not reached") for i in range(total)]
-    return {
-        "load": "ok",
-        "passed": sum(1 for f in failures if not f),
-        "total": total,
-        "errors": [f for f in failures if f][:5],
-        "aborted": aborted,
-        "candidate": stub.dead,
-    }
+    return judging.run_tests(job["test_code"], job["entry_point"], stub, job.get("prelude") or "")
 
 
 # ------------------------------------------------------------------ one job
