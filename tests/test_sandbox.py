@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for_no_leftovers
 
-from axiom_rl.sandbox import Limits, Sandbox, decode_value, judging, landlock_rules, syscall_filter
+from axiom_rl.sandbox import Limits, Sandbox, codec, decode_value, judging, landlock_rules, syscall_filter
 from axiom_rl.types import (
     MEMORY_LIMIT,
     PASSED,
@@ -407,6 +407,45 @@ def test_subclass_with_a_correct_value_is_accepted_as_its_value(sandbox):
         return MyInt(a + b)
     """
     assert run(sandbox, code).status == PASSED
+
+
+COLLIDING = "[(2**61 - 1) * i for i in range(1, 300_001)]"  # ints that all hash to 0
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "def check(candidate):\n    assert set(candidate(1, 2)) == {3}\n",
+        "def check(candidate):\n    three = {3}\n    assert set(candidate(1, 2)) == three\n",
+    ],
+    ids=["replayed", "judged"],
+)
+def test_values_that_share_one_hash_cannot_stall_the_trusted_side(sandbox, tests):
+    """A set of n distinct values with one hash takes O(n²) to build: 300,000 of them, returned
+    as a list and made a set by the tests, would hold the parent for about an hour, with no time
+    limit there. Replayed tests refuse them; the judge is stopped by the monitor's wall clock."""
+    start = time.monotonic()
+    v = score_code(
+        assert_problem(tests), f"```python\ndef add(a, b):\n    return {COLLIDING}\n```", sandbox, LIMITS
+    )
+    assert v.status != PASSED and time.monotonic() - start < WALL_BUDGET
+    assert not wait_for_no_leftovers()
+
+
+def test_decoding_refuses_sets_and_dicts_of_values_that_share_one_hash():
+    colliding = [(2**61 - 1) * i for i in range(1, 5001)]
+    assert len({hash(x) for x in colliding}) == 1
+    for tagged in (
+        {"$s": [codec.encode(x) for x in colliding]},
+        {"$fs": [codec.encode(x) for x in colliding]},
+        {"$d": [[codec.encode(x), 0] for x in colliding]},
+    ):
+        with pytest.raises(ValueError, match="distinct values with one hash"):
+            codec.decode(tagged)
+    # Plain data does collide a little (hash(-1) == hash(-2)), and a set of many values is fine.
+    assert codec.decode({"$d": [[-1, "a"], [-2, "b"]]}) == {-1: "a", -2: "b"}
+    assert codec.decode({"$s": list(range(100_000))}) == set(range(100_000))
+    assert codec.decode({"$s": colliding[: codec.MAX_SAME_HASH]}) == set(colliding[: codec.MAX_SAME_HASH])
 
 
 def test_sys_exit_during_a_call(sandbox):

@@ -51,6 +51,9 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   list, tuple, dict, set, frozenset) crosses back, subclasses converted to their base type by
   the base type's own methods, so an `__eq__` that is always True never reaches a comparison.
   Expected values never enter the sandbox: comparison (and checkers) run in the trusted parent.
+  The parent builds no set or dict of more than 64 distinct values that share one hash (a
+  million ints that all hash to 0 would take hours to insert, where no time limit applies):
+  decoding refuses them, and so does `set()` in replayed tests (below).
 - Assert-style tests (HumanEval `check(candidate)`, MBPP asserts) run in a separate *judge*
   process, where the candidate is an RPC stub. The candidate cannot see the judge (another
   pid namespace) and shares no descriptor with it but the RPC socket. Nothing the candidate

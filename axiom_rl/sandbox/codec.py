@@ -19,10 +19,13 @@ import base64
 import builtins
 import json
 import math
+from collections import Counter
 from typing import Any
 
 MAX_DEPTH = 100
 MAX_ITEMS = 1_000_000
+# Distinct values that may share one hash in a set or dict built on the trusted side.
+MAX_SAME_HASH = 64
 
 
 class EncodeError(Exception):
@@ -121,6 +124,27 @@ def _enc(v: Any, depth: int, b: _Budget, objs: bool, max_depth: int, max_items: 
     raise EncodeError(f"returned a {t.__name__}, which is not plain data")
 
 
+def check_hashes(items: list[Any]) -> None:
+    """Raise ValueError if more than MAX_SAME_HASH distinct values in `items` share one hash.
+
+    Building a set or dict of n such values takes O(n²): a million ints that are multiples of
+    2**61 - 1 (every one hashes to 0) would hold the trusted side for hours, where no time limit
+    applies. Equal values cost one probe each and are allowed; so are a few collisions, which
+    plain data does have (hash(-1) == hash(-2)). Unhashable values raise TypeError, as set() would.
+    """
+    counts = Counter(map(hash, items))  # keyed by hash values, which hash to themselves
+    if not counts or max(counts.values()) <= MAX_SAME_HASH:
+        return
+    heavy: dict[int, list[Any]] = {h: [] for h, n in counts.items() if n > MAX_SAME_HASH}
+    for x in items:
+        same = heavy.get(hash(x))
+        if same is None or any(x == y for y in same):
+            continue
+        if len(same) == MAX_SAME_HASH:
+            raise ValueError(f"more than {MAX_SAME_HASH} distinct values with one hash")
+        same.append(x)
+
+
 def decode(data: Any, allow_objects: bool = False, classes: dict[str, Any] | None = None) -> Any:
     """Inverse of `encode`. Raises ValueError on anything malformed (untrusted input)."""
     if data is None or isinstance(data, (bool, int, float, str)):
@@ -133,16 +157,15 @@ def decode(data: Any, allow_objects: bool = False, classes: dict[str, Any] | Non
     if tag == "$t" and isinstance(body, list):
         return tuple(decode(x, allow_objects, classes) for x in body)
     if tag == "$d" and isinstance(body, list):
-        out = {}
-        for pair in body:
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise ValueError("malformed dict")
-            out[decode(pair[0], allow_objects, classes)] = decode(pair[1], allow_objects, classes)
-        return out
-    if tag == "$s" and isinstance(body, list):
-        return {decode(x, allow_objects, classes) for x in body}
-    if tag == "$fs" and isinstance(body, list):
-        return frozenset(decode(x, allow_objects, classes) for x in body)
+        if not all(isinstance(pair, list) and len(pair) == 2 for pair in body):
+            raise ValueError("malformed dict")
+        keys = [decode(k, allow_objects, classes) for k, _ in body]
+        check_hashes(keys)
+        return dict(zip(keys, (decode(v, allow_objects, classes) for _, v in body)))
+    if tag in ("$s", "$fs") and isinstance(body, list):
+        items = [decode(x, allow_objects, classes) for x in body]
+        check_hashes(items)
+        return set(items) if tag == "$s" else frozenset(items)
     if tag == "$f" and body in ("nan", "inf", "-inf"):
         return float(body)
     if tag == "$i" and isinstance(body, str):

@@ -140,9 +140,12 @@ _COMPILED_PRELUDES = _Cache()
 _REPLAYABLE = _Cache()
 
 
-def run_tests(test_code: str, entry_point: str, stub: Stub, prelude: str = "") -> dict:
+def run_tests(
+    test_code: str, entry_point: str, stub: Stub, prelude: str = "", names: dict[str, Any] | None = None
+) -> dict:
     """Run the test code against `stub`; the report says how many tests passed and why others did
-    not. The candidate's load status has been checked already."""
+    not. The candidate's load status has been checked already. `names` are put in the tests'
+    namespace before they run."""
     outcomes: dict[int, str] = {}
 
     def record(i: int, exc: BaseException | None) -> None:
@@ -158,6 +161,7 @@ def run_tests(test_code: str, entry_point: str, stub: Stub, prelude: str = "") -
     except SyntaxError as e:
         return {"load": "ok", "internal": f"the test code does not parse: {e}"}
     namespace: dict = {"__name__": "__tests__", "__axiom_record__": record, "__builtins__": builtins}
+    namespace.update(names or {})
     aborted = ""
     try:
         if prelude:
@@ -200,6 +204,23 @@ _SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_FUNCTIONS}
 # Operators whose work is bounded by their operands (no **, no shifts).
 _SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
 _SAFE_UNARY = (ast.Not, ast.USub, ast.UAdd, ast.Invert)
+
+
+def _hash_checked(kind: type) -> Callable[..., Any]:
+    """`kind` (set or frozenset) built only after codec.check_hashes: in the parent, no time limit
+    would stop a set of a million colliding values that the candidate returned as a list."""
+
+    def build(iterable: Iterable[Any] = ()) -> Any:
+        items = list(iterable)
+        codec.check_hashes(items)
+        return kind(items)
+
+    build.__name__ = kind.__name__
+    return build
+
+
+# What the replayed tests call by these names (the tests may only call them: _Calls).
+_REPLAY_NAMES = {"set": _hash_checked(set), "frozenset": _hash_checked(frozenset)}
 
 
 class _NotReplayable(Exception):
@@ -372,4 +393,4 @@ def replay_report(test_code: str, entry_point: str, messages: list, end: str) ->
         return failed
     replies = [m for m in messages[1:] if not (isinstance(m, dict) and m.get("done"))]
     stub = ReplayStub(replies, "timeout" if end == "timeout" else "candidate exited")
-    return run_tests(test_code, entry_point, stub)
+    return run_tests(test_code, entry_point, stub, names=_REPLAY_NAMES)
