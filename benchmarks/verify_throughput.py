@@ -19,7 +19,9 @@ check costs with no isolation at all. One preloaded interpreter per worker (the 
 list of preloaded modules) forks a child per check, which exec()s the same program as the
 baseline (tests in the submission's own process, so gameable) under a wall-clock timer and
 exits. The distance between it and axiom-rl is the price of what axiom-rl adds: namespaces,
-limits, a separate process for the tests with the candidate reached by RPC.
+limits, and the tests kept out of the submission's process: replayed in the parent over its
+answers where they only call it with literal arguments (148 of the 164), else run in a separate
+judge process that reaches the candidate by RPC.
 
     python benchmarks/verify_throughput.py [--rounds 3] [--mixed 1000] [--workers N] [--timeout 2]
     python benchmarks/verify_throughput.py --mixed 0 --rounds 7   # HumanEval only (under a minute)
