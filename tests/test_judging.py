@@ -41,6 +41,12 @@ def replayed(sandbox: Sandbox, p: Problem, program: str) -> Verdict:
     return verifier.score_code(p, f"```python\n{program}\n```", sandbox, LIMITS)
 
 
+def assert_problem(test_code: str) -> Problem:
+    return Problem(
+        id="t", task="adversarial", difficulty=0, prompt="", entry_point="add", test_code=test_code
+    )
+
+
 def whole(v: Verdict) -> tuple:
     return (v.status, v.passed, v.total, v.detail, v.tests)
 
@@ -147,9 +153,7 @@ CANDIDATES = {
 
 @pytest.mark.parametrize("name", list(CANDIDATES))
 def test_replayed_tests_give_the_judges_verdict(sandbox, name):
-    p = Problem(
-        id="t", task="adversarial", difficulty=0, prompt="", entry_point="add", test_code=HUMANEVAL_STYLE
-    )
+    p = assert_problem(HUMANEVAL_STYLE)
     program = CANDIDATES[name]
     a, b = judged(sandbox, p, program), replayed(sandbox, p, program)
     assert whole(a) == whole(b), name
@@ -173,14 +177,7 @@ def test_a_replayed_run_stops_at_the_first_call_out_of_time(sandbox):
 
 
 def test_a_call_that_blocks_times_out_on_the_wall_clock_as_with_the_judge(sandbox):
-    p = Problem(
-        id="t",
-        task="adversarial",
-        difficulty=0,
-        prompt="",
-        entry_point="add",
-        test_code="assert add(1, 1) == 2\nassert add(2, 2) == 4\nassert add(3, 3) == 6\n",
-    )
+    p = assert_problem("assert add(1, 1) == 2\nassert add(2, 2) == 4\nassert add(3, 3) == 6\n")
     program = "import time\ndef add(a, b):\n    if a == 2:\n        time.sleep(60)\n    return a + b"
     a, b = judged(sandbox, p, program), replayed(sandbox, p, program)
     assert whole(a) == whole(b)
@@ -188,14 +185,7 @@ def test_a_call_that_blocks_times_out_on_the_wall_clock_as_with_the_judge(sandbo
 
 
 def test_output_beyond_the_limit_fails_the_same_way(sandbox):
-    p = Problem(
-        id="t",
-        task="adversarial",
-        difficulty=0,
-        prompt="",
-        entry_point="add",
-        test_code="assert add(1, 1) == 2\n",
-    )
+    p = assert_problem("assert add(1, 1) == 2\n")
     program = "def add(a, b):\n    print('x' * (1 << 20))\n    return a + b"
     a, b = judged(sandbox, p, program), replayed(sandbox, p, program)
     assert (a.status, a.detail) == (b.status, b.detail) == (RUNTIME_ERROR, "output limit exceeded")
