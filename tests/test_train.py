@@ -631,6 +631,9 @@ def test_shared_prompt_passes_give_the_plain_passes_log_probs_and_gradients():
             mask = batch.completion_mask
             assert torch.allclose(adapter_off[0] * mask, adapter_off[1] * mask, atol=1e-5)
             assert not torch.allclose(adapter_off[0] * mask, with_adapter * mask, atol=1e-3)
+            # Back on afterwards, and still trained: disabling takes the adapters' gradients away.
+            lora = [p for n, p in policy.model.named_parameters() if "lora_" in n]
+            assert lora and all(p.requires_grad for p in lora)
 
 
 def test_selecting_cache_rows_matches_transformers_own_selection_and_its_gradients():
