@@ -110,11 +110,20 @@ def test_literal_asserts_replay(test_code, calls):
         ),
         ("import math\ndef check(candidate):\n    assert candidate(1, 2) == 3\n", "an import"),
         ("def check(candidate, n=1):\n    assert candidate(1, 2) == 3\n", "another parameter"),
+        ("def check(candidate):\n    assert candidate(..., 2) == 3\n", "an argument that is not plain data"),
         ("def check(candidate):\n    pass\n", "no assert to count"),
     ],
 )
 def test_other_tests_need_the_judge(test_code, why):
     assert judging.replayable_calls(test_code, "add") is None, why
+
+
+def test_an_argument_that_cannot_travel_is_the_judges_to_report(sandbox):
+    """`...` is a constant to the parser, but not plain data: replaying it could not send it."""
+    p = assert_problem("def check(candidate):\n    assert candidate(..., 2) == 3\n")
+    v = verifier.score_code(p, "```python\ndef add(a, b):\n    return 3\n```", sandbox, LIMITS)
+    assert whole(v) == whole(judged(sandbox, p, "def add(a, b):\n    return 3"))
+    assert v.status == RUNTIME_ERROR and "not plain data" in v.detail
 
 
 def test_tests_after_a_prelude_that_does_not_parse_need_the_judge():

@@ -361,6 +361,11 @@ def _replayable(key: str) -> list[list[Any]] | None:
                 return None
     except _NotReplayable:
         return None
+    try:  # the arguments must travel as the judge's would (not `...`, not 101 levels deep)
+        for args in calls:
+            codec.encode(args)
+    except codec.EncodeError:
+        return None
     return calls if asserts else None
 
 
