@@ -599,6 +599,44 @@ def test_assert_style_tests_cannot_be_faked(sandbox, code, tests):
     assert not wait_for_no_leftovers()
 
 
+# Looks through the writable memory of its own process for the text "<A><B>": A and B are two
+# separate objects here, so only a copy of the tests (which hold "<A><B>") can have them side by side.
+SCAN_OWN_MEMORY = """
+import ctypes
+
+def add(a, b):
+    first, second = b"axiom-tests-", b"secret-7d1e"
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            # Writable private memory: the heap, the stack, every anonymous mapping (where Python
+            # keeps objects and freed buffers); files mapped in read-only hold no tests.
+            if not fields[1].startswith("rw") or hi - lo > 1 << 28:
+                continue
+            data = ctypes.string_at(lo, hi - lo)
+            at = data.find(first)
+            while at >= 0:
+                if data[at + len(first) : at + len(first) + len(second)] == second:
+                    return 1
+                at = data.find(first, at + 1)
+    return 0
+"""
+
+
+@pytest.mark.parametrize("tests", [CHECK, CHECK_JUDGED], ids=["replayed", "judged"])
+def test_the_tests_are_nowhere_in_the_candidates_memory(sandbox, tests):
+    """The judge gets the tests in a memory file the monitor never reads: were they in the
+    monitor's memory, every candidate (a copy of it) could read their expected values."""
+    # The first test passes if the candidate finds the text (it answers 1), fails if not (0).
+    marked = assert_problem(tests.replace("== 3", "== 1  # axiom-tests-secret-7d1e"))
+    v = score_code(marked, f"```python\n{SCAN_OWN_MEMORY}\n```", sandbox, LIMITS)
+    assert (v.status, v.passed) == (WRONG_ANSWER, 0), v  # scanned everything, found nothing
+    # The scan does find the text where it is: here, in the candidate's own source.
+    own = f"```python\n{SCAN_OWN_MEMORY}\n# axiom-tests-secret-7d1e\n```"
+    assert score_code(marked, own, sandbox, LIMITS).passed == 1
+
+
 @pytest.mark.parametrize("tests", [CHECK, CHECK_JUDGED], ids=["replayed", "judged"])
 def test_assert_style_partial_credit_and_pass(sandbox, tests):
     right = score_code(

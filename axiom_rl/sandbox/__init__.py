@@ -56,7 +56,9 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   decoding refuses them, and so does `set()` in replayed tests (below).
 - Assert-style tests (HumanEval `check(candidate)`, MBPP asserts) run in a separate *judge*
   process, where the candidate is an RPC stub. The candidate cannot see the judge (another
-  pid namespace) and shares no descriptor with it but the RPC socket. Nothing the candidate
+  pid namespace) and shares no descriptor with it but the RPC socket. The tests reach the judge
+  in a memory file that the monitor passes on unread, so they are never in the monitor's memory,
+  of which each candidate is a copy. Nothing the candidate
   prints, writes to a descriptor, or does to its own process (sys.exit, os._exit, signals) can
   produce a pass: the pass count comes from the judge after the tests ran. Tests that only
   call the candidate with literal arguments, and otherwise hold nothing but constants,

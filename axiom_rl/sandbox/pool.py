@@ -299,7 +299,10 @@ class Sandbox:
 
     # ------------------------------------------------------------------ jobs
 
-    def _run(self, job: dict[str, Any], limits: Limits) -> RunResult:
+    def _run(self, job: dict[str, Any], limits: Limits, tests: dict[str, Any] | None = None) -> RunResult:
+        """Run `job` on a free slot. `tests` (assert-style: test code and prelude) travel in a
+        memory file that the monitor hands to its judge unread: never in the monitor's memory,
+        which each candidate starts as a copy of."""
         if not self._started:
             self.start()
         slot = self._free.get()
@@ -307,9 +310,11 @@ class Sandbox:
             if self._closed:
                 return RunResult([], internal_error="the sandbox is closed")
             try:
-                slot.sock.sendall(
-                    (json.dumps(dict(job, limits=asdict(limits)), separators=(",", ":")) + "\n").encode()
-                )
+                line = (json.dumps(dict(job, limits=asdict(limits)), separators=(",", ":")) + "\n").encode()
+                if tests is None:
+                    slot.sock.sendall(line)
+                else:
+                    _send_with_memory_file(slot.sock, line, json.dumps(tests).encode())
                 # The monitor enforces the limits; this deadline only catches a monitor that hangs.
                 line = slot.read_line(time.monotonic() + limits.cpu_s * limits.wall_factor + 30.0)
                 if line is None:
@@ -357,14 +362,21 @@ class Sandbox:
     ) -> RunResult:
         """Run assert-style `test_code` (HumanEval `check(candidate)` or bare asserts) in a judge
         process; the candidate runs `code` in another and is reached only through an RPC stub."""
-        job = {
-            "mode": "assert",
-            "code": code,
-            "entry_point": entry_point,
-            "test_code": test_code,
-            "prelude": prelude,
-        }
-        return self._run(job, limits or self.limits)
+        job = {"mode": "assert", "code": code, "entry_point": entry_point}
+        return self._run(job, limits or self.limits, {"test_code": test_code, "prelude": prelude})
+
+
+def _send_with_memory_file(sock: socket.socket, line: bytes, content: bytes) -> None:
+    """`line`, with a memory file holding `content` attached to its first byte (SCM_RIGHTS)."""
+    fd = os.memfd_create("axiom-tests", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+        socket.send_fds(sock, [line[:1]], [fd])
+    finally:
+        os.close(fd)
+    sock.sendall(line[1:])
 
 
 def decode_value(encoded: Any) -> Any:

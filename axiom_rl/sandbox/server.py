@@ -174,12 +174,24 @@ def send_line(fd: int, obj: object) -> None:
 class LineReader:
     """Newline-framed JSON from a file descriptor, with a cap on the bytes it will take."""
 
-    def __init__(self, fd: int, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, fd: int, max_bytes: int = 64 << 20, take_fds: bool = False) -> None:
         self.fd, self.buf, self.total, self.max_bytes, self.eof = fd, b"", 0, max_bytes, False
+        # A socket to receive descriptors sent along with the bytes (see take_fds).
+        self.sock = socket.socket(fileno=os.dup(fd)) if take_fds else None
+        self.fds: list[int] = []
+
+    def take_fds(self) -> list[int]:
+        """The descriptors received so far, handed over to the caller."""
+        fds, self.fds = self.fds, []
+        return fds
 
     def fill(self) -> None:
         """One read() into the buffer (call when select says the fd is readable)."""
-        chunk = os.read(self.fd, 1 << 16)
+        if self.sock is not None:
+            chunk, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4)
+            self.fds += fds
+        else:
+            chunk = os.read(self.fd, 1 << 16)
         if not chunk:
             self.eof = True
             return
@@ -729,7 +741,7 @@ def judge_loop(channel: int) -> None:
     sock = socket.socket(fileno=channel)
     buf, fds = b"", []
     while True:
-        msg, got, _, _ = socket.recv_fds(sock, 1 << 20, 1)
+        msg, got, _, _ = socket.recv_fds(sock, 1 << 20, 2)
         if not msg:
             return
         buf, fds = buf + msg, fds + got
@@ -737,12 +749,21 @@ def judge_loop(channel: int) -> None:
             continue
         job = json.loads(buf)
         try:
+            job.update(_read_tests(fds[1]))
             report = judge(job, fds[0])
         finally:
             for fd in fds:
                 os.close(fd)
         buf, fds = b"", []
         send_line(channel, report)
+
+
+def _read_tests(fd: int) -> dict:
+    """The test code and prelude, from the memory file the parent wrote them to."""
+    chunks = []
+    while chunk := os.pread(fd, 1 << 20, sum(map(len, chunks))):
+        chunks.append(chunk)
+    return json.loads(b"".join(chunks))
 
 
 def judge(job: dict, sock_fd: int) -> dict:
@@ -861,7 +882,10 @@ def _kill_orphans(keep: int) -> None:
             _reap(pid)
 
 
-def run_job(job: dict, cfg: dict) -> dict:
+def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
+    """Run one job. For assert-style tests, `tests_fd` is a memory file the parent wrote the test
+    code to: it goes to the judge unread, so the tests (and their expected values) are never in
+    this process's memory, which every candidate is a copy of."""
     start = time.monotonic()
     limits, mode = job["limits"], job["mode"]
     if not cfg["namespaces"] and not cfg["root"]:
@@ -881,9 +905,11 @@ def run_job(job: dict, cfg: dict) -> dict:
         judge_end, channel = (s.detach() for s in socket.socketpair())
         judge_chan = cfg["judge"].channel
         data = json.dumps(job, separators=(",", ":")).encode() + b"\n"
-        socket.send_fds(judge_chan, [data[:1]], [judge_end])  # the socket rides on the first byte
+        # The socket and the tests' memory file ride on the first byte.
+        socket.send_fds(judge_chan, [data[:1]], [judge_end, tests_fd])
         judge_chan.sendall(data[1:])
         os.close(judge_end)
+        os.close(tests_fd)
         res_r = os.dup(judge_chan.fileno())  # the judge's answer arrives here
     else:
         res_r, channel = os.pipe()
@@ -1268,7 +1294,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     send_line(channel, {"ready": True, "isolation": mode, "namespaces": cfg["namespaces"]})
-    jobs = LineReader(channel, 1 << 30)
+    jobs = LineReader(channel, 1 << 30, take_fds=True)
     try:
         while True:
             try:
@@ -1277,7 +1303,15 @@ def main() -> None:
                 break
             if job is None:
                 break  # the parent went away
-            send_line(channel, run_job(job, cfg))
+            fds = jobs.take_fds()
+            if job.get("mode") == "assert":
+                if len(fds) != 1:
+                    break  # the parent sends each one's tests: it will replace a slot that quits
+                send_line(channel, run_job(job, cfg, fds[0]))
+            else:
+                for fd in fds:
+                    os.close(fd)
+                send_line(channel, run_job(job, cfg))
     finally:
         if cfg["slot_dir"]:
             _remove(cfg["slot_dir"])
