@@ -21,7 +21,7 @@ from ..config import EvalConfig, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, load_for_inference
 from ..rewards import compute_reward
-from ..rollout import get_backend, truncation_warning
+from ..rollout import generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
 from ..tasks import generate_problems, get_task, task_names
 from ..tasks.generate import SPLITS
@@ -173,22 +173,9 @@ def _generate_and_store(
             rows = [p for p in batch for _ in range(cfg.samples)]
             verification = BatchVerification(rows, sandbox, cfg.timeout, background=overlap)
             t0 = time.perf_counter()
-            try:
-                rollout = backend.generate(
-                    model,
-                    tokenizer,
-                    prompts,
-                    cfg.samples,
-                    cfg.max_completion_length,
-                    cfg.temperature,
-                    cfg.top_p,
-                    stops,
-                    cfg.max_prompt_length,
-                    on_finished=verification.on_finished,
-                )
-            except BaseException:  # its rows already under way: nothing more starts
-                verification.discard()
-                raise
+            rollout = generate_verified(
+                backend, model, tokenizer, prompts, cfg.samples, stops, cfg, verification
+            )
             truncated += rollout.truncated_prompts
             per_row = (time.perf_counter() - t0) / max(1, len(rollout.texts))
             generated.append(_Generated(batch, rollout, per_row, cfg.samples, verification))

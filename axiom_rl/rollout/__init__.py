@@ -99,6 +99,37 @@ def trim_completion(
     return out, False
 
 
+def generate_verified(
+    backend: RolloutBackend,
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    num_generations: int,
+    stop_strings: Sequence[str],
+    settings: Any,
+    verification: Any,
+) -> Rollout:
+    """`backend.generate` with the sampling settings of a train or eval config (`settings`), each
+    row handed to `verification` (verifier.BatchVerification) as it finishes. If generation
+    fails, the rows already handed over are verified no further and nothing more starts."""
+    try:
+        return backend.generate(
+            model,
+            tokenizer,
+            prompts,
+            num_generations,
+            settings.max_completion_length,
+            settings.temperature,
+            settings.top_p,
+            stop_strings,
+            settings.max_prompt_length,
+            on_finished=verification.on_finished,
+        )
+    except BaseException:
+        verification.discard()
+        raise
+
+
 def decode_completion(tokenizer: Any, tokens: Sequence[int]) -> str:
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 

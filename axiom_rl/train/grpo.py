@@ -44,7 +44,7 @@ from ..models.load import (
 )
 from ..models.replay import LinearOutputs
 from ..rewards import compute_reward
-from ..rollout import Rollout, get_backend, truncation_warning
+from ..rollout import Rollout, generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
@@ -151,22 +151,7 @@ def start_rollout(
     verification = BatchVerification(rows, sandbox, cfg.verify_timeout, background=overlap)
     start = time.perf_counter()
     policy.model.eval()
-    try:
-        rollout = backend.generate(
-            policy.model,
-            policy.tokenizer,
-            prompts,
-            g,
-            cfg.max_completion_length,
-            cfg.temperature,
-            cfg.top_p,
-            stops,
-            cfg.max_prompt_length,
-            on_finished=verification.on_finished,
-        )
-    except BaseException:
-        verification.discard()
-        raise
+    rollout = generate_verified(backend, policy.model, policy.tokenizer, prompts, g, stops, cfg, verification)
     return PendingRollout(problems, rollout, plan, time.perf_counter() - start, verification)
 
 
