@@ -1085,13 +1085,13 @@ READ_ONLY_PROBE = textwrap.dedent(
     """
     import json, os, sys
     sys.path.insert(0, sys.argv[1])
-    import server  # the sandbox's process side, as the monitor loads it
+    import isolation  # the sandbox's isolation code, as the monitor loads it
 
     if os.geteuid() != 0:
-        server._enter_user_ns()
-    server.unshare(server.CLONE_NEWNS)
-    server.mount(None, "/", None, server.MS_REC | server.MS_PRIVATE)
-    server._read_only_mounts_one_by_one()
+        isolation.enter_user_ns()
+    isolation.unshare(isolation.CLONE_NEWNS)
+    isolation.mount(None, "/", None, isolation.MS_REC | isolation.MS_PRIVATE)
+    isolation.read_only_mounts_one_by_one()
     try:
         open(os.path.join(sys.argv[2], "x"), "w").close()
         print(json.dumps("written"))
@@ -1135,13 +1135,13 @@ HOST_TREE_PROBE = textwrap.dedent(
     """
     import json, os, sys
     sys.path.insert(0, sys.argv[1])
-    import server  # the sandbox's process side, as the monitor loads it
+    import isolation  # the sandbox's isolation code, as the monitor loads it
 
-    paths = server._python_paths()  # as configure finds them
-    blocked = server._blocked_dirs(paths)
-    server.unshare(server.CLONE_NEWNS)
-    server.mount(None, "/", None, server.MS_REC | server.MS_PRIVATE)
-    server._cover_blocked_dirs(blocked, paths)
+    paths = isolation.python_paths()  # as configure finds them
+    blocked = isolation.blocked_dirs(paths)
+    isolation.unshare(isolation.CLONE_NEWNS)
+    isolation.mount(None, "/", None, isolation.MS_REC | isolation.MS_PRIVATE)
+    isolation.cover_blocked_dirs(blocked, paths)
     os.setgroups([])
     os.setresgid(65534, 65534, 65534)
     os.setresuid(65534, 65534, 65534)

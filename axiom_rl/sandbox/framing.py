@@ -1,0 +1,66 @@
+"""Framing between the sandbox's processes: one JSON value per line over a file descriptor, with
+a cap on the bytes a reader will take and, on a socket, descriptors riding along. Stdlib only."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import time
+
+
+def send_line(fd: int, obj: object) -> None:
+    view = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class LineReader:
+    """Newline-framed JSON from a file descriptor, with a cap on the bytes it will take."""
+
+    def __init__(self, fd: int, max_bytes: int = 64 << 20, take_fds: bool = False) -> None:
+        self.fd, self.buf, self.total, self.max_bytes, self.eof = fd, b"", 0, max_bytes, False
+        # A socket to receive descriptors sent along with the bytes (see take_fds).
+        self.sock = socket.socket(fileno=os.dup(fd)) if take_fds else None
+        self.fds: list[int] = []
+
+    def take_fds(self) -> list[int]:
+        """The descriptors received so far, handed over to the caller."""
+        fds, self.fds = self.fds, []
+        return fds
+
+    def fill(self) -> None:
+        """One read() into the buffer (call when select says the fd is readable)."""
+        if self.sock is not None:
+            chunk, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4)
+            self.fds += fds
+        else:
+            chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            self.eof = True
+            return
+        self.total += len(chunk)
+        if self.total > self.max_bytes:
+            raise ValueError("too much data")
+        self.buf += chunk
+
+    def pop(self) -> object | None:
+        """The next complete message in the buffer, if any (ValueError on garbage)."""
+        if b"\n" not in self.buf:
+            return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def read(self, timeout: float | None) -> object | None:
+        """Block for the next message; None on EOF or timeout (see .eof)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            msg = self.pop()
+            if msg is not None or self.eof:
+                return msg
+            if deadline is not None:  # without a deadline, read() itself blocks: no select needed
+                wait = max(0.0, deadline - time.monotonic())
+                if not select.select([self.fd], [], [], wait)[0]:
+                    return None
+            self.fill()
