@@ -7,26 +7,33 @@ code never runs in the monitor, so nothing of one submission can reach the next.
 
 What is covered (tests/test_sandbox.py checks each item adversarially):
 - Isolation, when the kernel allows namespaces (always as root; without root, through an
-  unprivileged user namespace): fresh pid, mount and IPC namespaces per submission, and a
-  network namespace with nothing in it but a downed loopback (as root, one per worker slot,
-  reused: an unprivileged submission cannot change it, and the previous one's processes are
-  all dead; in a user namespace a fresh one per submission, since there it could). It sees
-  only its own processes, as init of its pid namespace, so killing it at the end kills
-  everything it started, daemons that called setsid included. /tmp, /var/tmp, /dev/shm and
-  /run/lock are private tmpfs mounts that vanish with it, and the only places it can write:
-  every other mount is read-only to it, so without root (where it runs as the caller's own uid,
-  which may write the caller's files) and as root (world-writable directories) nothing outside
-  them changes. Its /dev holds null, zero, full, random, urandom and tty alone: the host's
+  unprivileged user namespace): fresh pid and IPC namespaces per submission, and a network
+  namespace with nothing in it but a downed loopback (as root, one per worker slot, reused: an
+  unprivileged submission cannot change it, and the previous one's processes are all dead; in a
+  user namespace a fresh one per submission, since there it could). It is init of its pid
+  namespace, so killing it at the end kills everything it started, daemons that called setsid
+  included. /tmp, /var/tmp, /dev/shm and /run/lock are tmpfs mounts of its own, and the only
+  places it can write: every other mount is read-only to it, so without root (where it runs as
+  the caller's own uid, which may write the caller's files) and as root (world-writable
+  directories) nothing outside them changes. As root, they are its worker slot's, mounted once,
+  and emptied (their times reset) once every process of a job is dead, before the next job
+  starts; it can mount nothing, so it cannot change the slot's mount namespace, which it enters
+  as it is, and there it has no /proc (a mount of its own per job cost 11% of HumanEval's
+  throughput). Otherwise (in a user namespace, where it could change a mount namespace it
+  shared; or when a job needs mounts of its own: another disk limit than the slot's, an
+  interpreter under /tmp, a /dev/null that is a plain file) they are fresh per job, in a copy
+  of the slot's mount namespace with a /proc that shows only its own processes. Its /dev holds
+  null, zero, full, random, urandom and tty alone (and links into /proc where it has one): the host's
   would offer what its permissions reach (without root, the caller's groups: a disk, the
   webcam, keyboards; on some distributions /dev/kvm or the kernel's log for anyone), and a
   read-only mount does not protect a device. Of the host's files it sees only the system's
-  (/usr, /bin, /lib, /etc, /proc, /sys and the like) and the interpreter's own directories (its
+  (/usr, /bin, /lib, /etc, /sys and the like) and the interpreter's own directories (its
   prefixes: a venv, and the installation it was made from): not home directories, projects,
   data sets, run outputs, or problem files with their expected outputs, which permissions
   alone would not protect (they are usually world-readable, and without root the submission
-  runs as their owner). Its mount namespace is a copy of a template prepared once per worker
-  slot (a root holding just that, private propagation, read-only, its own /dev), so the per-job
-  set-up is only what must be fresh; the template itself is out of its reach.
+  runs as their owner). Its mount namespace is a template prepared once per worker slot (a
+  root holding just that, private propagation, read-only, its own /dev), or a copy of it, so the
+  per-job set-up is only what must be fresh; the template itself is out of its reach.
 - Identity: started as root, each worker slot runs submissions as a uid of its own (from 61000,
   claimed through a lock so that no other slot on the machine, in this pool or another process's,
   runs as it), so a submission can neither write the parent's files, nor signal other processes,
@@ -70,6 +77,10 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   not report. One stuck submission costs its own limits on one worker, never the pool.
 
 What is not covered:
+- As root, consecutive jobs of a worker slot use the same scratch tmpfs mounts, emptied between
+  them: no file, data or free space carries over, but a file's inode number tells how many files
+  the slot's earlier jobs made (a few bits a job could pass to the next: no expected value is
+  ever inside a candidate to pass on).
 - The kernel is shared: a kernel exploit escapes. The seccomp filter refuses the subsystems most
   often exploited, not every system call a program does not need (it is a deny list: the rest of
   the kernel's interface stays open). Where the kernel refuses filters, or on another

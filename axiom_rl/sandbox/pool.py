@@ -232,7 +232,13 @@ class Sandbox:
         them); each is also off where the kernel refuses it, which `isolation` then says."""
         self.workers = _slots(workers)
         self.limits = limits
-        self._isolation = {"namespaces": namespaces, "syscall_filter": syscall_filter}
+        # scratch_mb: the size of the scratch tmpfs mounts that a slot started as root keeps for
+        # its jobs (those with another disk limit get mounts of their own).
+        self._isolation = {
+            "namespaces": namespaces,
+            "syscall_filter": syscall_filter,
+            "scratch_mb": limits.disk_mb,
+        }
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()

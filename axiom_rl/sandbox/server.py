@@ -61,6 +61,7 @@ from isolation import (
     blocked_dirs,
     caller_private_dirs,
     caller_threads,
+    empty_slot_scratch,
     is_within,
     isolate,
     keep_only_fds,
@@ -75,6 +76,7 @@ from isolation import (
     submission_environment,
     system_and_interpreter_dirs,
     unshare,
+    uses_slot_scratch,
     weak_mode_landlock,
 )
 
@@ -302,6 +304,7 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
         # The count is at most half a second old; the slack covers what the caller starts since.
         limits = {**limits, "nproc": limits["nproc"] + caller_threads() + NPROC_SLACK}
     uid = cfg["uid"]
+    slot_scratch = uses_slot_scratch(cfg, limits)
     workdir = NAMESPACED_WORKDIR
     if not cfg["namespaces"]:  # weak mode: a private directory on disk, removed afterwards
         workdir = tempfile.mkdtemp(dir=cfg["slot_dir"])
@@ -334,7 +337,7 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
             ]
         )
         redirect_stdio(out_w)
-        isolate(cfg, limits, uid, workdir)
+        isolate(cfg, limits, uid, workdir, fresh_mounts=not slot_scratch)
         (candidate_io if mode == "io" else candidate_rpc)(job, channel)
 
     if cfg["namespaces"]:
@@ -394,7 +397,9 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
         if reader.eof and not finished:
             break
     _kill(cand_pid)
-    exit_info = _reap(cand_pid)
+    exit_info = _reap(cand_pid)  # init of the job's pid namespace: every process of the job is gone
+    if slot_scratch and not empty_slot_scratch(cfg["slot_scratch"]):
+        cfg["slot_scratch"] = []  # left dirty: later jobs get fresh mounts over it
     if not cfg["namespaces"]:
         _kill_orphans(keep=cfg["judge"].pid)
     judge_exit = None
@@ -494,7 +499,13 @@ def configure(settings: dict) -> tuple[dict, str]:
     cfg["python_under_scratch"] = [
         p for p in cfg["visible_dirs"] or paths if any(is_within(p, d) for d in cfg["scratch_dirs"])
     ]  # bound back over each job's scratch tmpfs (isolate)
-    cfg["mount_template"] = mount_template(cfg) if namespaces else -1
+    # Started as root, the slot keeps its own scratch tmpfs mounts in the template, emptied after
+    # each job (isolation.uses_slot_scratch). Not in a user namespace, where the candidate would
+    # have the capabilities to change the template it shared; nor where a job needs mounts of
+    # its own anyway (an interpreter under a scratch directory, a /dev/null that is a plain file).
+    shared = root and namespaces and not cfg["python_under_scratch"] and not cfg["null_is_a_file"]
+    cfg["slot_scratch_mb"] = int(settings.get("scratch_mb") or 0) if shared and cfg["scratch_dirs"] else 0
+    cfg["mount_template"], cfg["slot_scratch"] = mount_template(cfg) if namespaces else (-1, [])
     cfg["slot_dir"], cfg["landlock"], cfg["landlock_ruleset"] = None, None, -1
     if not namespaces:
         # Each job's directory is made in this one, and whatever a job leaves in it removed after
@@ -541,7 +552,8 @@ def _isolation_summary(cfg: dict, settings: dict) -> str:
         filtered = f"no seccomp filter ({'the kernel refused it' if syscall_filter.program() else 'none for this CPU'})"
     if cfg["namespaces"]:
         files = "only the system's and the interpreter's files" if cfg["visible_dirs"] else "the host's files"
-        return f"namespaces (pid, net, mount, ipc), {files} (read-only) and a private tmpfs, {who}, rlimits, {filtered}"
+        tmp = "a tmpfs per slot, emptied after each job" if cfg["slot_scratch"] else "a private tmpfs"
+        return f"namespaces (pid, net, mount, ipc), {files} (read-only) and {tmp}, {who}, rlimits, {filtered}"
     why = "the kernel refused" if settings.get("namespaces", True) else "switched off"
     landlock = (
         cfg["landlock"].describe()
