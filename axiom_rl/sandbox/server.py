@@ -33,12 +33,10 @@ import gc
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import stat
 import sys
-import tempfile
 import time
 import traceback
 
@@ -254,6 +252,8 @@ def _remove(path: str) -> None:
             if not os.path.islink(sub):
                 with contextlib.suppress(OSError):
                     os.chmod(sub, 0o700)
+    import shutil  # weak mode only (see configure: tempfile)
+
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -307,6 +307,8 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
     slot_scratch = uses_slot_scratch(cfg, limits)
     workdir = NAMESPACED_WORKDIR
     if not cfg["namespaces"]:  # weak mode: a private directory on disk, removed afterwards
+        import tempfile
+
         workdir = tempfile.mkdtemp(dir=cfg["slot_dir"])
         if uid is not None:
             os.chown(workdir, uid, uid)
@@ -473,7 +475,7 @@ def configure(settings: dict) -> tuple[dict, str]:
         "namespaces": namespaces,
         # Started as root, the pool claims a uid no other slot on the machine uses (pool.py: _UidClaims).
         "uid": int(settings["uid"]) if root else None,
-        "fallback_tmp": settings.get("fallback_tmp") or tempfile.gettempdir(),
+        "fallback_tmp": settings.get("fallback_tmp") or os.environ.get("TMPDIR") or "/tmp",
         "python_paths": paths,
         # Covered by an empty tmpfs in the template, the interpreter's paths inside bound back:
         # as root, what the slot's uid could not enter anyway; without root, the caller's home
@@ -510,6 +512,8 @@ def configure(settings: dict) -> tuple[dict, str]:
     if not namespaces:
         # Each job's directory is made in this one, and whatever a job leaves in it removed after
         # it; Landlock lets candidates write here only (the slot's uid may pass through, as root).
+        import tempfile  # here only: it imports shutil, which loads zlib, bz2 and lzma (see PRELOAD)
+
         cfg["slot_dir"] = tempfile.mkdtemp(prefix="axiom-sbx-", dir=cfg["fallback_tmp"])
         if root:
             os.chmod(cfg["slot_dir"], 0o711)
