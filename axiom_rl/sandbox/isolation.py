@@ -191,6 +191,8 @@ def empty_slot_scratch(fds: list[int]) -> bool:
     caller then stops using them)."""
     clean = True
     for top in fds:
+        if os.fstat(top).st_mtime_ns == 0:
+            continue  # untouched: an entry made or removed would have set its time to now
         clean = _empty_directory(top) and clean
         try:
             os.utime(top, ns=(0, 0))

@@ -252,7 +252,7 @@ def _remove(path: str) -> None:
             if not os.path.islink(sub):
                 with contextlib.suppress(OSError):
                     os.chmod(sub, 0o700)
-    import shutil  # weak mode only (see configure: tempfile)
+    import shutil  # weak mode only: it loads zlib, bz2 and lzma, which every fork would map
 
     shutil.rmtree(path, ignore_errors=True)
 
@@ -512,7 +512,7 @@ def configure(settings: dict) -> tuple[dict, str]:
     if not namespaces:
         # Each job's directory is made in this one, and whatever a job leaves in it removed after
         # it; Landlock lets candidates write here only (the slot's uid may pass through, as root).
-        import tempfile  # here only: it imports shutil, which loads zlib, bz2 and lzma (see PRELOAD)
+        import tempfile  # weak mode only: it imports shutil (see _remove)
 
         cfg["slot_dir"] = tempfile.mkdtemp(prefix="axiom-sbx-", dir=cfg["fallback_tmp"])
         if root:
