@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import functools
 import json
 import math
 import os
@@ -69,6 +70,13 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+@functools.lru_cache(maxsize=64)
+def _as_dict(limits: Limits) -> dict[str, Any]:
+    """`limits` as the job line carries them (read only). dataclasses.asdict deep-copies each field:
+    0.065 ms a job, which the same few limits need once."""
+    return asdict(limits)
 
 
 @dataclass
@@ -316,7 +324,7 @@ class Sandbox:
             if self._closed:
                 return RunResult([], internal_error="the sandbox is closed")
             try:
-                line = (json.dumps(dict(job, limits=asdict(limits)), separators=(",", ":")) + "\n").encode()
+                line = (json.dumps(dict(job, limits=_as_dict(limits)), separators=(",", ":")) + "\n").encode()
                 if tests is None:
                     slot.sock.sendall(line)
                 else:
