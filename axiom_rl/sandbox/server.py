@@ -9,11 +9,13 @@ per worker slot, with a scrubbed environment, in a session of its own. Stdlib on
          ├─ judge (one per slot, forked before any job; assert-style tests the parent cannot
          │         replay (judging.py): runs each job's trusted test code, in which the
          │         candidate function is an RPC stub)
-         └─ candidate (per job, untrusted: a fresh fork in fresh namespaces; answers with plain
-                       data only, and is killed, with everything it started, at the end)
+         └─ candidate (per job, untrusted: a fresh fork in fresh pid and IPC namespaces, in the
+                       slot's mount namespace; answers with plain data only, and is killed, with
+                       everything it started, at the end)
 
 Untrusted code never runs in the monitor, so nothing of one submission reaches the next: each
-candidate is forked from the monitor's clean state. The monitor forks as little as possible
+candidate is forked from the monitor's clean state, and what it wrote in its scratch directories
+is removed before the next one starts (isolation.uses_slot_scratch). The monitor forks as little as possible
 (one process per job), because with a preloaded interpreter the cost of a job
 is mostly the kernel's work to fork and tear down a process. See `axiom_rl/sandbox/__init__.py`
 for the policy: what is and is not covered.
