@@ -770,6 +770,26 @@ def test_without_namespaces_writes_stay_in_the_submissions_directory(weak, world
     assert not target.exists()
 
 
+def test_without_namespaces_what_a_job_leaves_in_its_directory_is_removed(weak):
+    """Without namespaces a job's directory is on disk, removed by the monitor after the job: a
+    tree deeper than a recursive walk can go (it took the monitor down, and the directory stayed
+    on disk) and a directory the job closed to itself are gone before the next job starts."""
+    litter = """
+    import os
+    def f():
+        os.makedirs("closed/inside")
+        os.chmod("closed", 0)
+        slot = os.path.dirname(os.getcwd())
+        for _ in range(1500):
+            os.mkdir("n")
+            os.chdir("n")
+        return slot
+    """
+    slot = Path(decode_value(call_once(weak, litter)["value"]))  # where each job's directory is made
+    assert slot.is_dir() and list(slot.iterdir()) == []  # removed before the job's report came back
+    assert decode_value(call_once(weak, "def f():\n    return 2\n")["value"]) == 2  # the slot lives on
+
+
 def test_without_namespaces_a_submission_reads_only_the_system_and_the_interpreter(weak, problem_file):
     """Landlock lets it read what it would see with namespaces: the problem file beside the
     project is out of reach; the standard library is not."""

@@ -193,7 +193,7 @@ def empty_slot_scratch(fds: list[int]) -> bool:
     for top in fds:
         if os.fstat(top).st_mtime_ns == 0:
             continue  # untouched: an entry made or removed would have set its time to now
-        clean = _empty_directory(top) and clean
+        clean = empty_directory(top) and clean
         try:
             os.utime(top, ns=(0, 0))
         except OSError:
@@ -201,9 +201,14 @@ def empty_slot_scratch(fds: list[int]) -> bool:
     return clean
 
 
-def _empty_directory(top: int) -> bool:
-    """Remove what is inside the directory open as `top`: iteratively, so that no depth of
-    directories exhausts the stack, and never through a link."""
+def empty_directory(top: int) -> bool:
+    """Remove what is inside the directory open as `top`, once every process that could write
+    there is dead: a job's scratch directories, its directory in weak mode. Iteratively, so that
+    no depth of directories exhausts the stack (a recursive walk hit Python's limit on a tree
+    1,000 deep and took the monitor down), and never through a link (a link to the caller's own
+    files would have them changed). Each subdirectory is given its access back before it is
+    entered: without root, one the submission closed to itself (chmod 0) would stop the removal,
+    and the next job could open it again and read what was left. False if anything stayed."""
     entered: list[tuple[int, str]] = []  # the subdirectories being emptied: (descriptor, name)
     try:
         while True:
@@ -211,7 +216,8 @@ def _empty_directory(top: int) -> bool:
             sub = None
             with os.scandir(fd) as entries:
                 for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
+                    if entry.is_dir(follow_symlinks=False):  # (no process left to swap it for a link)
+                        os.chmod(entry.name, 0o700, dir_fd=fd)
                         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
                         sub = (os.open(entry.name, flags, dir_fd=fd), entry.name)
                         break
@@ -364,13 +370,11 @@ def mount_template(cfg: dict) -> tuple[int, list[int]]:
         else:
             cover_blocked_dirs(cfg["blocked_dirs"], cfg["python_paths"])
         _minimal_dev(cfg["scratch_dirs"], proc_links=not slot_scratch)
-        if not slot_scratch:
-            _read_only_tree()
-            return []
-        _check(_libc.umount2(b"/proc", MNT_DETACH), "detaching /proc")  # an empty directory now
+        if slot_scratch:
+            _check(_libc.umount2(b"/proc", MNT_DETACH), "detaching /proc")  # an empty directory now
         _read_only_tree()
         opened = []
-        for d in cfg["scratch_dirs"]:
+        for d in cfg["scratch_dirs"] if slot_scratch else ():
             mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, scratch_options(cfg["slot_scratch_mb"]))
             opened.append(os.open(d, os.O_RDONLY | os.O_DIRECTORY))
             os.utime(opened[-1], ns=(0, 0))  # as empty_slot_scratch leaves them after each job

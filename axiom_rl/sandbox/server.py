@@ -61,6 +61,7 @@ from isolation import (
     blocked_dirs,
     caller_private_dirs,
     caller_threads,
+    empty_directory,
     empty_slot_scratch,
     is_within,
     isolate,
@@ -236,27 +237,21 @@ def _kill(pid: int) -> None:
 
 
 def _remove(path: str) -> None:
-    """Remove what a job left in its directory (every process of the job is dead by then).
-
-    Without root, a directory the submission took its own access to (chmod 0) would stop
-    rmtree, and the next job could give itself access back and read what was left: access is
-    given back first, directory by directory, never through a link (a link to the caller's own
-    files would have them changed)."""
+    """Remove what a job left in its directory (every process of the job is dead by then): see
+    isolation.empty_directory."""
     if os.path.islink(path) or not os.path.isdir(path):
         with contextlib.suppress(OSError):
             os.unlink(path)
         return
     with contextlib.suppress(OSError):
         os.chmod(path, 0o700)
-    for top, dirs, _ in os.walk(path):  # top-down: each directory opened up before it is entered
-        for name in dirs:
-            sub = os.path.join(top, name)
-            if not os.path.islink(sub):
-                with contextlib.suppress(OSError):
-                    os.chmod(sub, 0o700)
-    import shutil  # weak mode only: it loads zlib, bz2 and lzma, which every fork would map
-
-    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            empty_directory(fd)
+        finally:
+            os.close(fd)
+        os.rmdir(path)
 
 
 def _children() -> set[int]:
@@ -514,7 +509,7 @@ def configure(settings: dict) -> tuple[dict, str]:
     if not namespaces:
         # Each job's directory is made in this one, and whatever a job leaves in it removed after
         # it; Landlock lets candidates write here only (the slot's uid may pass through, as root).
-        import tempfile  # weak mode only: it imports shutil (see _remove)
+        import tempfile  # weak mode only: it imports shutil, which loads zlib, bz2 and lzma
 
         cfg["slot_dir"] = tempfile.mkdtemp(prefix="axiom-sbx-", dir=cfg["fallback_tmp"])
         if root:
