@@ -205,7 +205,10 @@ class ForkServers:
     def __init__(self, workers: int) -> None:
         code = f"ROOT = {str(ROOT)!r}\nPRELOAD = {sandbox_preload()!r}\n{FORK_SERVER}"
         self.procs = [
-            subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            # Without the site module, as the sandbox's monitors run (server.py: use_site): the same image.
+            subprocess.Popen(
+                [sys.executable, "-S", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
             for _ in range(workers)
         ]
         self.free: queue.Queue = queue.Queue()

@@ -855,6 +855,61 @@ def test_the_monitor_finds_its_children_with_and_without_proc_children():
     assert kids == listed == scanned
 
 
+SITE_PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import server
+
+    site_dir = sys.argv[2]
+    server.use_site("/the/prefix", "/the/exec_prefix", [site_dir, os.path.join(site_dir, "missing")])
+    import listed_module
+    print(json.dumps([sys.path[-2:], listed_module.NAME, type(exit).__name__, type(quit).__name__, sys.prefix, sys.exec_prefix]))
+    """
+)
+
+
+def test_the_monitor_takes_site_dirs_without_running_pth_code(tmp_path):
+    """The monitor runs without `site` (-S): site-packages and the directories .pth files list
+    go on sys.path, but a .pth file's import lines do not run, in trusted code whose state every
+    candidate inherits."""
+    site_dir, listed, ran = tmp_path / "site-packages", tmp_path / "listed", tmp_path / "ran"
+    site_dir.mkdir()
+    listed.mkdir()
+    (listed / "listed_module.py").write_text("NAME = 'listed'\n")
+    (site_dir / "a.pth").write_text(
+        f"# a comment\n{listed}\nimport os; open({str(ran)!r}, 'w').close()\n../nowhere\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-E", "-S", "-c", SITE_PROBE, str(SANDBOX_DIR), str(site_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tail, name, exit_type, quit_type, prefix, exec_prefix = json.loads(proc.stdout)
+    assert tail == [str(site_dir), str(listed)]
+    assert name == "listed" and exit_type == quit_type == "Quitter"
+    assert (prefix, exec_prefix) == ("/the/prefix", "/the/exec_prefix")
+    assert not ran.exists()
+
+
+def test_a_submission_imports_installed_packages_and_sees_no_site_hooks(sandbox):
+    """What the caller's environment installed is importable (here PyYAML, a dependency), and
+    what its .pth files would have imported into the monitor (setuptools' distutils shim, an
+    editable install's finder) is not there. In a venv, the monitor's prefix is the venv's, as
+    `site` would have set it: the venv's packages are in the submission's view of the tree."""
+    code = """
+    import sys
+    def f():
+        import yaml
+        hooks = sorted(m for m in sys.modules if "distutils" in m or m.startswith("__editable__"))
+        return yaml.safe_load("a: [1, 2]"), hooks, sys.flags.no_site, sys.prefix
+    """
+    answer = call_once(sandbox, code)
+    assert decode_value(answer["value"]) == ({"a": [1, 2]}, [], 1, sys.prefix)
+
+
 RUN_A_PROGRAM = """
 import os
 from multiprocessing.util import spawnv_passfds  # _posixsubprocess underneath: no audit event

@@ -18,6 +18,7 @@ import math
 import os
 import queue
 import select
+import site
 import socket
 import subprocess
 import sys
@@ -152,13 +153,16 @@ class _Slot:
         settings = {
             **isolation,
             "uid": uid,
+            # The monitor runs without the site module (-S): what it would have set up, from
+            # ours (see server.py: use_site).
+            "site": {"prefix": sys.prefix, "exec_prefix": sys.exec_prefix, "dirs": site.getsitepackages()},
             "fallback_tmp": tempfile.gettempdir(),
             # The caller's own directories, hidden from submissions that run as its uid (no root).
             "private_dirs": [str(Path.home()), os.environ.get("XDG_RUNTIME_DIR", "")],
         }
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (read only if the monitor fails to start)
         self.proc = subprocess.Popen(
-            [sys.executable, "-E", "-s", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],
+            [sys.executable, "-E", "-S", "-B", str(SERVER), str(theirs.fileno()), json.dumps(settings)],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -1,7 +1,8 @@
 """The sandbox's process side: one long-lived monitor per worker slot, one fresh fork per job.
 
-Started by `axiom_rl.sandbox.pool.Sandbox` as `python -E -s -B server.py CHANNEL_FD SETTINGS`, once
-per worker slot, with a scrubbed environment, in a session of its own. Stdlib only.
+Started by `axiom_rl.sandbox.pool.Sandbox` as `python -E -S -B server.py CHANNEL_FD SETTINGS`, once
+per worker slot, with a scrubbed environment, in a session of its own, without the site module
+(see use_site). Stdlib only.
 
     parent (trusted; holds the expected outputs, which never come here)
       └─ monitor, one per slot (this file's main loop: interpreter and common modules loaded
@@ -117,6 +118,37 @@ PRELOAD = [
     "weakref",
     "contextlib",
 ]
+
+
+def use_site(prefix: str, exec_prefix: str, dirs: list[str]) -> None:
+    """What the site module does for imports, without running code; the monitor runs without
+    it (-S). The caller's prefixes (a venv's directory: `site` sets them, and what a submission
+    may see of the tree follows them: isolation.system_and_interpreter_dirs), its site-packages
+    directories and the directories their .pth files list go on sys.path; the .pth files'
+    `import` lines (an editable install's finder, setuptools' distutils shim, whatever else an
+    environment installs) do not run. Whatever they import would be loaded here, in trusted
+    code, and be in every candidate's copy of this process: on one host they made every fork
+    cost 0.4 ms more (193 mappings and 12.1 MB of private memory instead of 170 and 8.9). Also
+    the builtins exit() and quit(), which a submission may call as it could anywhere."""
+    import site  # with -S, importing it runs nothing
+
+    site.setquit()
+    sys.prefix, sys.exec_prefix = prefix, exec_prefix
+    for top in dirs:
+        if not os.path.isdir(top) or top in sys.path:
+            continue
+        sys.path.append(top)
+        with contextlib.suppress(OSError):
+            for name in sorted(n for n in os.listdir(top) if n.endswith(".pth")):
+                with contextlib.suppress(OSError, UnicodeDecodeError), open(os.path.join(top, name)) as f:
+                    for line in f.read().splitlines():
+                        line = line.rstrip()
+                        if not line or line.startswith(("#", "import ", "import\t")):
+                            continue
+                        path = os.path.abspath(os.path.join(top, line))
+                        if os.path.isdir(path) and path not in sys.path:
+                            sys.path.append(path)
+
 
 # ------------------------------------------------------------------ the judge (trusted test code)
 
@@ -567,6 +599,8 @@ def _isolation_summary(cfg: dict, settings: dict) -> str:
 def main() -> None:
     channel = int(sys.argv[1])
     settings = json.loads(sys.argv[2])
+    site = settings.get("site") or {}
+    use_site(site.get("prefix", sys.prefix), site.get("exec_prefix", sys.exec_prefix), site.get("dirs", []))
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             __import__(name)
