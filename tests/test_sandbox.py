@@ -708,6 +708,56 @@ def test_the_tests_are_nowhere_in_the_candidates_memory(sandbox, tests):
     assert score_code(marked, own, sandbox, WITH_PROC).passed == 1
 
 
+# Looks through the writable memory of its own process for what an earlier job on its slot had,
+# printed or returned: "axiom-earlier-" followed by "<kind>-<token>". The two parts are separate
+# objects here, so only a copy of the whole text can have them side by side.
+SCAN_FOR_AN_EARLIER_JOB = """
+import ctypes
+
+def f(token):
+    first, found = b"axiom-earlier-", set()
+    seconds = {kind: (kind + "-" + token).encode() for kind in ("code", "printed", "returned", "own")}
+    with open("/proc/self/maps") as maps:
+        regions = [line.split() for line in maps]
+    for fields in regions:
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if not fields[1].startswith("rw") or hi - lo > 1 << 28:
+            continue
+        data = ctypes.string_at(lo, hi - lo)
+        at = data.find(first)
+        while at >= 0:
+            found |= {k for k, second in seconds.items() if data.startswith(second, at + len(first))}
+            at = data.find(first, at + 1)
+    return sorted(found)
+"""
+
+
+@pytest.mark.parametrize("earlier_limits", [LIMITS, WITH_PROC], ids=["slot-scratch", "own-mounts"])
+def test_nothing_of_an_earlier_submission_is_in_a_later_ones_memory(earlier_limits):
+    """Every candidate starts as a copy of the slot's forker, which never holds a job. Forked
+    from the monitor, which reads jobs, results and output, a candidate could find an earlier
+    one's code and returned values in the freed memory it started with (so it could return what
+    a correct submission before it had returned): the scan found both."""
+    token = marker()
+    earlier = textwrap.dedent(
+        f"""
+        # axiom-earlier-code-{token}
+        def f():
+            print("axiom-earlier-" + "printed-{token}", flush=True)
+            return "axiom-earlier-" + "returned-{token}"
+        """
+    )
+    with Sandbox(workers=1, limits=LIMITS) as pool:  # one slot: both jobs run on it
+        done = pool.run_calls(earlier, "f", [[]], earlier_limits)
+        assert decode_value(done.messages[1]["value"]) == f"axiom-earlier-returned-{token}"
+        assert f"axiom-earlier-printed-{token}" in done.output
+        own = f"# axiom-earlier-own-{token}\n"  # the scan finds text where it is: its own source
+        later = pool.run_calls(SCAN_FOR_AN_EARLIER_JOB + own, "f", [[token]], WITH_PROC)
+        assert later.messages[0] == {"load": "ok"}, later
+        assert decode_value(later.messages[1]["value"]) == ["own"]
+    assert not wait_for_no_leftovers()
+
+
 @pytest.mark.parametrize("tests", [CHECK, CHECK_JUDGED], ids=["replayed", "judged"])
 def test_assert_style_partial_credit_and_pass(sandbox, tests):
     right = score_code(

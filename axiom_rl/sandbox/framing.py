@@ -10,6 +10,28 @@ import socket
 import time
 
 
+def memory_file(content: bytes, name: str) -> int:
+    """A descriptor of an anonymous file in memory holding `content`, to pass to another process
+    (SCM_RIGHTS, or inherited) that reads it with read_memory_file."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_memory_file(fd: int) -> object:
+    """The JSON value in a memory file from memory_file (read from its start, whoever wrote it)."""
+    chunks: list[bytes] = []
+    while chunk := os.pread(fd, 1 << 20, sum(map(len, chunks))):
+        chunks.append(chunk)
+    return json.loads(b"".join(chunks))
+
+
 def send_line(fd: int, obj: object) -> None:
     view = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
     while view:

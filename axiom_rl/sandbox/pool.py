@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import codec
+from .framing import memory_file
 
 SERVER = Path(__file__).with_name("server.py")
 # Started as root, every worker slot runs submissions as a uid of its own from this range.
@@ -86,6 +87,8 @@ class RunResult:
 
     messages: list[Any]
     reason: str = ""
+    # How the candidate ended ({"code", "signal"}), where it stopped before reporting everything;
+    # None where it reported everything (its end then overlaps the report: server.Forker).
     exit: dict[str, Any] | None = None
     judge_exit: dict[str, Any] | None = None
     output: str = ""
@@ -386,11 +389,8 @@ class Sandbox:
 
 def _send_with_memory_file(sock: socket.socket, line: bytes, content: bytes) -> None:
     """`line`, with a memory file holding `content` attached to its first byte (SCM_RIGHTS)."""
-    fd = os.memfd_create("axiom-tests", os.MFD_CLOEXEC)
+    fd = memory_file(content, "axiom-tests")
     try:
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view) :]
         socket.send_fds(sock, [line[:1]], [fd])
     finally:
         os.close(fd)

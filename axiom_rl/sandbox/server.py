@@ -10,18 +10,21 @@ per worker slot, with a scrubbed environment, in a session of its own, without t
          ├─ judge (one per slot, forked before any job; assert-style tests the parent cannot
          │         replay (judging.py): runs each job's trusted test code, in which the
          │         candidate function is an RPC stub)
-         └─ candidate (per job, untrusted: a fresh fork in fresh pid and IPC namespaces, in the
-                       slot's mount namespace; answers with plain data only, and is killed, with
-                       everything it started, at the end)
+         └─ forker (one per slot, forked before any job; never holds a job's data: see Forker)
+              └─ candidate (per job, untrusted: a fresh fork in fresh pid and IPC namespaces, in
+                            the slot's mount namespace; reads its job itself, answers the
+                            monitor with plain data only, and is killed, with everything it
+                            started, at the end)
 
-Untrusted code never runs in the monitor, so nothing of one submission reaches the next: each
-candidate is forked from the monitor's clean state, and what it wrote in its scratch directories
-is removed before the next one starts (isolation.uses_slot_scratch). The monitor forks as little as possible
-(one process per job), because with a preloaded interpreter the cost of a job
-is mostly the kernel's work to fork and tear down a process. See `axiom_rl/sandbox/__init__.py`
-for the policy: what is and is not covered.
+Untrusted code never runs in the monitor or the forker, so nothing of one submission reaches the
+next: each candidate is forked from the forker's clean state, which never held a job, and what it
+wrote in its scratch directories is removed before the next one starts
+(isolation.uses_slot_scratch). One process per job, because with a preloaded interpreter the cost
+of a job is mostly the kernel's work to fork and tear down a process. See
+`axiom_rl/sandbox/__init__.py` for the policy: what is and is not covered.
 
-This file holds the monitor: its start (`configure`), its loop, one job (`run_job`) and the judge.
+This file holds the monitor: its start (`configure`), its loop, one job (`run_job`), the forker
+and the judge.
 Beside it, imported as sibling modules (stdlib only, as this file is):
 - isolation.py: what makes a fork a sandboxed process, and the probes of what this kernel allows;
 - candidate.py: what runs inside the candidate, the only place the submission's code runs;
@@ -48,7 +51,7 @@ import codec
 import judging
 import syscall_filter
 from candidate import candidate_io, candidate_rpc
-from framing import LineReader, send_line
+from framing import LineReader, memory_file, read_memory_file, send_line
 from isolation import (
     CLONE_NEWPID,
     NAMESPACED_WORKDIR,
@@ -84,6 +87,8 @@ from isolation import (
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(codec.__file__)):
     sys.path.pop(0)  # nothing else of ours is importable by submissions
+
+FD_SIZE = 4  # bytes of a descriptor in SCM_RIGHTS data (a C int)
 
 # Modules a submission commonly imports, loaded once here so each fork gets them for free.
 PRELOAD = [
@@ -192,21 +197,13 @@ def judge_loop(channel: int) -> None:
             continue
         job = json.loads(buf)
         try:
-            job.update(_read_tests(fds[1]))
+            job.update(read_memory_file(fds[1]))  # the test code and prelude, from the parent
             report = judge(job, fds[0])
         finally:
             for fd in fds:
                 os.close(fd)
         buf, fds = b"", []
         send_line(channel, report)
-
-
-def _read_tests(fd: int) -> dict:
-    """The test code and prelude, from the memory file the parent wrote them to."""
-    chunks = []
-    while chunk := os.pread(fd, 1 << 20, sum(map(len, chunks))):
-        chunks.append(chunk)
-    return json.loads(b"".join(chunks))
 
 
 def judge(job: dict, sock_fd: int) -> dict:
@@ -250,9 +247,20 @@ def _fork(fn, *args) -> int:  # type: ignore[no-untyped-def]
 
 
 def _reap(pid: int) -> dict:
+    return exit_info(_wait(pid))
+
+
+def _wait(pid: int) -> int:
+    """Wait for a child; its wait status, or -1 if it was not ours to wait for."""
     try:
-        _, status = os.waitpid(pid, 0)
+        return os.waitpid(pid, 0)[1]
     except ChildProcessError:
+        return -1
+
+
+def exit_info(status: int) -> dict:
+    """A wait status as the report's exit code and signal (both None: not known)."""
+    if status < 0:
         return {"code": None, "signal": None}
     if os.WIFSIGNALED(status):
         return {"code": None, "signal": os.WTERMSIG(status)}
@@ -262,10 +270,15 @@ def _reap(pid: int) -> dict:
 def _kill(pid: int) -> None:
     # The candidate is init of its pid namespace: killing it kills everything it started, even
     # processes that left its session. Without namespaces, its process group goes with it here,
-    # and whatever left the group with _kill_orphans.
-    for kill in (os.kill, os.killpg):
-        with contextlib.suppress(OSError):
-            kill(pid, signal.SIGKILL)
+    # and whatever left the group with _kill_orphans. (No context managers: see forker_loop.)
+    try:  # noqa: SIM105
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:  # noqa: SIM105
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _remove(path: str) -> None:
@@ -308,12 +321,12 @@ def _children_by_parent() -> set[int]:
     return pids
 
 
-def _kill_orphans(keep: int) -> None:
-    """Without namespaces: kill every process a job left behind. The monitor is their subreaper
-    (see configure): a daemon that left the submission's session is re-parented to it, not to
+def _kill_orphans() -> None:
+    """Without namespaces: kill every process a job left behind. The forker is their subreaper
+    (see Forker): a daemon that left the submission's session is re-parented to it, not to
     init, when its parent dies. Repeated, since one may fork while it is being killed."""
     for _ in range(1000):
-        orphans = _children() - {keep}
+        orphans = _children()
         if not orphans:
             return
         for pid in orphans:
@@ -322,9 +335,9 @@ def _kill_orphans(keep: int) -> None:
 
 
 def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
-    """Run one job. For assert-style tests, `tests_fd` is a memory file the parent wrote the test
-    code to: it goes to the judge unread, so the tests (and their expected values) are never in
-    this process's memory, which every candidate is a copy of."""
+    """Run one job: the slot's forker starts its candidate (see Forker), this watches it. For
+    assert-style tests, `tests_fd` is a memory file the parent wrote the test code to: it goes to
+    the judge unread."""
     start = time.monotonic()
     limits, mode = job["limits"], job["mode"]
     if not cfg["namespaces"] and not cfg["root"]:
@@ -332,16 +345,6 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
         # to count in): a limit of 16 would leave a desktop user's submission no thread at all.
         # The count is at most half a second old; the slack covers what the caller starts since.
         limits = {**limits, "nproc": limits["nproc"] + caller_threads() + NPROC_SLACK}
-    uid = cfg["uid"]
-    slot_scratch = uses_slot_scratch(cfg, limits)
-    workdir = NAMESPACED_WORKDIR
-    if not cfg["namespaces"]:  # weak mode: a private directory on disk, removed afterwards
-        import tempfile
-
-        workdir = tempfile.mkdtemp(dir=cfg["slot_dir"])
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        submission_environment(workdir)
     out_r, out_w = os.pipe()
     if mode == "assert":
         judge_end, channel = (s.detach() for s in socket.socketpair())
@@ -355,31 +358,14 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
         res_r = os.dup(judge_chan.fileno())  # the judge's answer arrives here
     else:
         res_r, channel = os.pipe()
-
-    def run_candidate() -> None:
-        keep_only_fds(
-            [
-                channel,
-                out_w,
-                cfg["slot_netns"],
-                cfg["mount_template"],
-                cfg["landlock_ruleset"],
-                *cfg["path_handles"].values(),
-            ]
-        )
-        redirect_stdio(out_w)
-        isolate(cfg, limits, uid, workdir, fresh_mounts=not slot_scratch)
-        (candidate_io if mode == "io" else candidate_rpc)(job, channel)
-
-    if cfg["namespaces"]:
-        unshare(CLONE_NEWPID)  # the candidate becomes init of a pid namespace of its own...
+    spec_fd = memory_file(
+        json.dumps({"job": job, "limits": limits}, separators=(",", ":")).encode(), "axiom-job"
+    )
     try:
-        cand_pid = _fork(run_candidate)
+        cfg["forker"].start(spec_fd, channel, out_w)
     finally:
-        if cfg["namespaces"]:
-            setns(cfg["own_pid_ns"], CLONE_NEWPID)  # ...and our next children are ours again
-    os.close(channel)
-    os.close(out_w)
+        for fd in (spec_fd, channel, out_w):
+            os.close(fd)
 
     # Watch result lines, output volume, per-call progress and the wall clock. CPU time is capped
     # inside the candidate (a timer per call, RLIMIT_CPU overall); these wall-clock limits catch
@@ -427,12 +413,11 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
             break
         if reader.eof and not finished:
             break
-    _kill(cand_pid)
-    exit_info = _reap(cand_pid)  # init of the job's pid namespace: every process of the job is gone
-    if slot_scratch and not empty_slot_scratch(cfg["slot_scratch"]):
-        cfg["slot_scratch"] = []  # left dirty: later jobs get fresh mounts over it
-    if not cfg["namespaces"]:
-        _kill_orphans(keep=cfg["judge"].pid)
+    # A candidate that reported everything needs no exit status: its end (the kill, the wait for
+    # every process of the job, the clean-up) overlaps the report and the next job's arrival,
+    # and the forker finishes it before it forks again. Without namespaces the job's directory
+    # is on disk: it is gone before the report.
+    exit_info = cfg["forker"].end(wait=not finished or not cfg["namespaces"])
     judge_exit = None
     if mode == "assert" and not finished:
         # The judge did not answer in time (or its channel broke): it may still be running the
@@ -440,9 +425,6 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
         judge_exit = cfg["judge"].restart(cfg)
     os.close(res_r)
     os.close(out_r)
-    if not cfg["namespaces"]:
-        for name in os.listdir(cfg["slot_dir"]):  # its directory, and anything else it made there
-            _remove(os.path.join(cfg["slot_dir"], name))
     return {
         "messages": messages,
         "reason": reason,
@@ -454,6 +436,147 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
 
 
 # ------------------------------------------------------------------ the monitor's start and loop
+
+
+class Forker:
+    """The slot's forking process, forked from the monitor once, before any job: every candidate
+    is a fork of it, not of the monitor.
+
+    It never holds a submission's data. A job reaches its candidate in a memory file that only
+    the candidate reads, after the fork; the monitor, which reads jobs, results and output, is
+    never copied into a candidate. (Candidates forked from the monitor itself could find earlier
+    submissions' code and returned values in the freed memory they started with: a submission
+    could return what a correct one before it on the same slot had returned.)
+
+    The monitor, which never forks, also pays no copy-on-write faults for its work on a job:
+    after each fork, every page a process writes is faulted again (copied while the child
+    lives), and the monitor's watching and reporting wrote some 250 pages a job.
+
+    Per job, one byte each way at most: "j" with the job's memory file, the candidate's channel
+    and its output pipe attached (start); then "e" when the monitor is done watching (end): the
+    forker kills the candidate, with everything it started, waits for it, and cleans up after
+    the job (the slot's scratch directories, or the job's directory without namespaces) before
+    it reads the next command. "w" instead of "e" also asks for the exit status. The candidate
+    is the forker's child, so no pid is ever signalled after it could be reused."""
+
+    def __init__(self, cfg: dict) -> None:
+        ours, theirs = socket.socketpair()
+
+        def run() -> None:
+            keep = [
+                theirs.fileno(),
+                cfg["own_pid_ns"],
+                cfg["slot_netns"],
+                cfg["mount_template"],
+                cfg["landlock_ruleset"],
+                *cfg["slot_scratch"],
+                *cfg["path_handles"].values(),
+            ]
+            keep_only_fds([fd for fd in keep if fd >= 0])
+            redirect_stdio(None)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if not cfg["namespaces"]:  # what a job's processes leave behind comes here (_kill_orphans)
+                prctl(PR_SET_CHILD_SUBREAPER, 1)
+            forker_loop(theirs.fileno(), cfg)
+
+        self.pid = _fork(run)
+        theirs.close()
+        self.sock = ours
+
+    def start(self, spec_fd: int, channel: int, out_w: int) -> None:
+        socket.send_fds(self.sock, [b"j"], [spec_fd, channel, out_w])
+
+    def end(self, wait: bool) -> dict | None:
+        """End the job's candidate; with `wait`, once it is dead, its exit status."""
+        self.sock.sendall(b"w" if wait else b"e")
+        if not wait:
+            return None
+        reply = b""
+        while len(reply) < 4 and (chunk := self.sock.recv(4 - len(reply))):
+            reply += chunk
+        if len(reply) < 4:
+            raise RuntimeError("the slot's forker is gone")  # the monitor exits; the pool replaces the slot
+        return exit_info(int.from_bytes(reply, "little", signed=True))
+
+
+def forker_loop(channel: int, cfg: dict) -> None:
+    """The forker's loop (see Forker): it forks, kills and waits, and never reads a job.
+
+    Kept to few Python objects and calls: after each fork, every page this process writes is
+    faulted again, so each object it touches costs. (A JSON reply and the socket module's
+    descriptor helpers took 75 of 140 faults a job.)"""
+    sock = socket.socket(fileno=channel)
+    ancillary = socket.CMSG_SPACE(3 * FD_SIZE)
+    pid = 0
+    try:
+        while True:
+            command, received, _, _ = sock.recvmsg(1, ancillary)
+            if command == b"j" and pid == 0 and received and len(received[0][2]) == 3 * FD_SIZE:
+                data = received[0][2]
+                fds = [
+                    int.from_bytes(data[i : i + FD_SIZE], sys.byteorder) for i in (0, FD_SIZE, 2 * FD_SIZE)
+                ]
+                if cfg["namespaces"]:
+                    unshare(CLONE_NEWPID)  # the candidate becomes init of a pid namespace of its own...
+                try:
+                    pid = _fork(run_candidate, fds[0], fds[1], fds[2], cfg)
+                finally:
+                    if cfg["namespaces"]:
+                        # ...and ours is the namespace for our next child again: unshare makes a
+                        # new one only as a child of the namespace we are in (EINVAL otherwise).
+                        setns(cfg["own_pid_ns"], CLONE_NEWPID)
+                    for fd in fds:
+                        os.close(fd)
+            elif command in (b"e", b"w") and pid:
+                _kill(pid)
+                status = _wait(pid)  # init of the job's pid namespace: every process of it is gone
+                pid = 0
+                _clean_up_after_job(cfg)
+                if command == b"w":
+                    os.write(channel, status.to_bytes(4, "little", signed=True))
+            else:
+                return  # the monitor is gone (or broke the protocol): its death signal ends us too
+    finally:
+        if pid:
+            _kill(pid)
+
+
+def _clean_up_after_job(cfg: dict) -> None:
+    """Once every process of a job is dead: what it left in the slot's scratch directories, or
+    without namespaces, the processes that left its group and its directory on disk."""
+    if cfg["slot_scratch"] and not empty_slot_scratch(cfg["slot_scratch"]):
+        cfg["slot_scratch"] = []  # left dirty: later jobs get fresh mounts over it
+    if not cfg["namespaces"]:
+        _kill_orphans()
+        for name in os.listdir(cfg["slot_dir"]):  # its directory, and anything else it made there
+            _remove(os.path.join(cfg["slot_dir"], name))
+
+
+def run_candidate(spec_fd: int, channel: int, out_w: int, cfg: dict) -> None:
+    """In a fresh fork of the forker: read the job, become a sandboxed process, run the submission."""
+    spec = read_memory_file(spec_fd)
+    job, limits, uid = spec["job"], spec["limits"], cfg["uid"]
+    workdir = NAMESPACED_WORKDIR
+    if not cfg["namespaces"]:  # weak mode: a private directory on disk, removed after the job
+        import tempfile
+
+        workdir = tempfile.mkdtemp(dir=cfg["slot_dir"])
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        submission_environment(workdir)  # with namespaces, every job's is already the forker's
+    keep_only_fds(
+        [
+            channel,
+            out_w,
+            cfg["slot_netns"],
+            cfg["mount_template"],
+            cfg["landlock_ruleset"],
+            *cfg["path_handles"].values(),
+        ]
+    )
+    redirect_stdio(out_w)
+    isolate(cfg, limits, uid, workdir, fresh_mounts=not uses_slot_scratch(cfg, limits))
+    (candidate_io if job["mode"] == "io" else candidate_rpc)(job, channel)
 
 
 class Judge:
@@ -560,8 +683,6 @@ def configure(settings: dict) -> tuple[dict, str]:
         else {}
     )
     cfg["judge"] = Judge(cfg)
-    if not namespaces:  # what a job's processes leave behind comes back to us (_kill_orphans)
-        prctl(PR_SET_CHILD_SUBREAPER, 1)
     return cfg, _isolation_summary(cfg, settings)
 
 
@@ -609,6 +730,7 @@ def main() -> None:
     # Everything loaded so far is shared with every fork: keep the collector off those pages.
     gc.collect()
     gc.freeze()
+    cfg["forker"] = Forker(cfg)  # before any job: see Forker
     send_line(channel, {"ready": True, "isolation": mode, "namespaces": cfg["namespaces"]})
     jobs = LineReader(channel, 1 << 30, take_fds=True)
     try:
