@@ -1,9 +1,15 @@
 """The sandbox: the only part of axiom-rl that starts processes. Its security policy.
 
 Model-written code is untrusted. It runs in a fresh process per submission, forked from a
-long-lived monitor per worker slot (server.py) so a verification does not pay interpreter
-start-up, and it can only hand back *plain data*; every judgement is made outside it. Untrusted
-code never runs in the monitor, so nothing of one submission can reach the next.
+long-lived process per worker slot with the interpreter and common modules loaded (server.py's
+forker) so a verification does not pay interpreter start-up, and it can only hand back *plain
+data*; every judgement is made outside it. Untrusted code never runs in the slot's long-lived
+processes, and the process candidates are forked from never holds a job: each job reaches its
+candidate in a memory file the candidate reads itself, and the slot's monitor, which reads jobs,
+results and output, is never copied into a candidate. So nothing of one submission can reach the
+next, in files or in memory: a candidate forked from the monitor could find an earlier
+submission's code and returned values in the freed memory it started with (and return what a
+correct submission before it had returned).
 
 What is covered (tests/test_sandbox.py checks each item adversarially):
 - Isolation, when the kernel allows namespaces (always as root; without root, through an
@@ -64,8 +70,8 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
 - Assert-style tests (HumanEval `check(candidate)`, MBPP asserts) run in a separate *judge*
   process, where the candidate is an RPC stub. The candidate cannot see the judge (another
   pid namespace) and shares no descriptor with it but the RPC socket. The tests reach the judge
-  in a memory file that the monitor passes on unread, so they are never in the monitor's memory,
-  of which each candidate is a copy. Nothing the candidate
+  in a memory file that the monitor passes on unread, so they are never in the monitor's memory
+  (which no candidate is a copy of either). Nothing the candidate
   prints, writes to a descriptor, or does to its own process (sys.exit, os._exit, signals) can
   produce a pass: the pass count comes from the judge after the tests ran. Tests that only
   call the candidate with literal arguments, and otherwise hold nothing but constants,
@@ -80,7 +86,8 @@ What is not covered:
 - As root, consecutive jobs of a worker slot use the same scratch tmpfs mounts, emptied between
   them: no file, data or free space carries over, but a file's inode number tells how many files
   the slot's earlier jobs made (a few bits a job could pass to the next: no expected value is
-  ever inside a candidate to pass on).
+  ever inside a candidate to pass on). Likewise the forker's memory holds the exit statuses of
+  the slot's earlier candidates.
 - The kernel is shared: a kernel exploit escapes. The seccomp filter refuses the subsystems most
   often exploited, not every system call a program does not need (it is a deny list: the rest of
   the kernel's interface stays open). Where the kernel refuses filters, or on another
