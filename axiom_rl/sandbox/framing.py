@@ -24,12 +24,12 @@ def memory_file(content: bytes, name: str) -> int:
     return fd
 
 
-def read_memory_file(fd: int) -> object:
-    """The JSON value in a memory file from memory_file (read from its start, whoever wrote it)."""
+def read_memory_file(fd: int) -> bytes:
+    """What a memory file from memory_file holds (read from its start, whoever wrote it)."""
     chunks: list[bytes] = []
     while chunk := os.pread(fd, 1 << 20, sum(map(len, chunks))):
         chunks.append(chunk)
-    return json.loads(b"".join(chunks))
+    return b"".join(chunks)
 
 
 def send_line(fd: int, obj: object) -> None:
