@@ -79,6 +79,10 @@ def check(candidate):
         ("assert add(1, 2) == 3\nassert set(add([1], [2])) == {1, 2}\n", [[1, 2], [[1], [2]]]),
         ("def check(candidate):\n    assert abs(candidate(1.5, 2) - 3.5) <= 1e-9, 'close'\n", [[1.5, 2]]),
         ("M = 2\ndef check(candidate):\n    assert candidate('a' + 'b', -3 // 2) is True\n", [["ab", -2]]),
+        (
+            "def check(candidate):\n    assert candidate({1, 2}, (-1.5, 'x'), [set()]) == {'k': [None, ~1]}\n",
+            [[{1, 2}, (-1.5, "x"), [set()]]],
+        ),
     ],
 )
 def test_literal_asserts_replay(test_code, calls):
@@ -99,6 +103,14 @@ def test_literal_asserts_replay(test_code, calls):
         (
             "def check(candidate):\n    assert 1 / 0 == candidate(1, 2)\n",
             "a constant that raises before the call",
+        ),
+        (
+            "def check(candidate):\n    assert candidate({[1]: 2}, 1) == 3\n",
+            "a literal that raises (unhashable)",
+        ),
+        (
+            "def check(candidate):\n    assert candidate(1, 2) == {(1, [2])}\n",
+            "a literal that raises beside it",
         ),
         ("def check(candidate):\n    assert candidate(2 ** 10, 1) == 1025\n", "**: unbounded work"),
         ("def check(candidate):\n    assert candidate(x=1, y=2) == 3\n", "keyword arguments"),
