@@ -670,29 +670,36 @@ def test_assert_style_tests_cannot_be_faked(sandbox, code, tests):
     assert not wait_for_no_leftovers()
 
 
-# Looks through the writable memory of its own process for the text "<A><B>": A and B are two
-# separate objects here, so only a copy of the tests (which hold "<A><B>") can have them side by side.
-SCAN_OWN_MEMORY = """
+# Looks through the writable memory of its own process for texts "<first><second>": the two
+# parts are separate objects here, so only a copy of a whole text can have them side by side.
+MEMORY_SCAN = """
 import ctypes
 
-def add(a, b):
-    first, second = b"axiom-tests-", b"secret-7d1e"
+def found_in_memory(first, seconds):
+    found = set()
     with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            # Writable private memory: the heap, the stack, every anonymous mapping (where Python
-            # keeps objects and freed buffers); files mapped in read-only hold no tests.
-            if not fields[1].startswith("rw") or hi - lo > 1 << 28:
-                continue
-            data = ctypes.string_at(lo, hi - lo)
-            at = data.find(first)
-            while at >= 0:
-                if data[at + len(first) : at + len(first) + len(second)] == second:
-                    return 1
-                at = data.find(first, at + 1)
-    return 0
+        regions = [line.split() for line in maps]
+    for fields in regions:
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        # Writable private memory: the heap, the stack, every anonymous mapping (where Python
+        # keeps objects and freed buffers); files mapped in read-only hold nothing of a job.
+        if not fields[1].startswith("rw") or hi - lo > 1 << 28:
+            continue
+        data = ctypes.string_at(lo, hi - lo)
+        at = data.find(first)
+        while at >= 0:
+            found |= {second for second in seconds if data.startswith(second, at + len(first))}
+            at = data.find(first, at + 1)
+    return found
 """
+# Answers 1 if it finds the tests' text "axiom-tests-secret-7d1e", else 0.
+SCAN_OWN_MEMORY = (
+    MEMORY_SCAN
+    + """
+def add(a, b):
+    return 1 if found_in_memory(b"axiom-tests-", [b"secret-7d1e"]) else 0
+"""
+)
 
 
 @pytest.mark.parametrize("tests", [CHECK, CHECK_JUDGED], ids=["replayed", "judged"])
@@ -708,28 +715,16 @@ def test_the_tests_are_nowhere_in_the_candidates_memory(sandbox, tests):
     assert score_code(marked, own, sandbox, WITH_PROC).passed == 1
 
 
-# Looks through the writable memory of its own process for what an earlier job on its slot had,
-# printed or returned: "axiom-earlier-" followed by "<kind>-<token>". The two parts are separate
-# objects here, so only a copy of the whole text can have them side by side.
-SCAN_FOR_AN_EARLIER_JOB = """
-import ctypes
-
+# What it finds of what an earlier job on its slot had, printed or returned:
+# "axiom-earlier-<kind>-<token>".
+SCAN_FOR_AN_EARLIER_JOB = (
+    MEMORY_SCAN
+    + """
 def f(token):
-    first, found = b"axiom-earlier-", set()
-    seconds = {kind: (kind + "-" + token).encode() for kind in ("code", "printed", "returned", "own")}
-    with open("/proc/self/maps") as maps:
-        regions = [line.split() for line in maps]
-    for fields in regions:
-        lo, hi = (int(x, 16) for x in fields[0].split("-"))
-        if not fields[1].startswith("rw") or hi - lo > 1 << 28:
-            continue
-        data = ctypes.string_at(lo, hi - lo)
-        at = data.find(first)
-        while at >= 0:
-            found |= {k for k, second in seconds.items() if data.startswith(second, at + len(first))}
-            at = data.find(first, at + 1)
-    return sorted(found)
+    kinds = {(kind + "-" + token).encode(): kind for kind in ("code", "printed", "returned", "own")}
+    return sorted(kinds[found] for found in found_in_memory(b"axiom-earlier-", list(kinds)))
 """
+)
 
 
 @pytest.mark.parametrize("earlier_limits", [LIMITS, WITH_PROC], ids=["slot-scratch", "own-mounts"])
