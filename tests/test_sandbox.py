@@ -512,6 +512,35 @@ def test_a_daemon_that_detaches(sandbox):
     assert not Path(f"/tmp/{name}").exists()
 
 
+def test_what_a_job_leaves_running_is_dead_before_the_next_job_starts():
+    """A job that reported everything is ended while the monitor reports (server.Forker): its
+    processes must still all be dead, and its scratch emptied after that, before the slot's next
+    job starts. Here a daemon keeps writing to /tmp, and the submission keeps its own process
+    from exiting after its report (its os._exit sleeps); the next job on the slot finds /tmp
+    empty."""
+    name = marker()
+    code = f"""
+    import os, time
+    os._exit = lambda code: time.sleep(60)
+    def f():
+        if os.fork() == 0:
+            os.setsid()
+            for i in range(10**9):  # as fast as it can, one file at a time
+                open("/tmp/{name}-%d" % i, "w").close()
+                if i:
+                    os.unlink("/tmp/{name}-%d" % (i - 1))
+        time.sleep(0.05)
+        return [f.rsplit("-", 1)[0] for f in os.listdir("/tmp")]
+    """
+    later = "import os, time\ndef f():\n    time.sleep(0.3)\n    return os.listdir('/tmp')\n"
+    with Sandbox(workers=1, limits=LIMITS) as pool:  # one slot: every job runs on it
+        for _ in range(3):
+            first = pool.run_calls(textwrap.dedent(code), "f", [[]])
+            assert decode_value(first.messages[1]["value"]) in ([name], [name, name]), first  # writing
+            assert decode_value(pool.run_calls(later, "f", [[]]).messages[1]["value"]) == []
+    assert not wait_for_no_leftovers()
+
+
 def test_deep_recursion(sandbox):
     assert run(sandbox, "def f(a, b):\n    return f(a, b) + 1").status == RUNTIME_ERROR
     # With the limit lifted, 3.11+ recursion lives on the heap (no C stack per Python call): it
