@@ -111,8 +111,8 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str, fresh_mounts
     namespace when namespaces are on).
 
     `fresh_mounts` False (see uses_slot_scratch): the candidate enters the slot's template mount
-    namespace itself, whose scratch directories the monitor empties after each job, instead of a
-    copy of it with scratch tmpfs mounts and a /proc of its own."""
+    namespace itself, whose scratch directories the slot's forker empties after each job,
+    instead of a copy of it with scratch tmpfs mounts and a /proc of its own."""
     os.setsid()
     if cfg["namespaces"]:
         flags = (CLONE_NEWNS if fresh_mounts else 0) | CLONE_NEWIPC

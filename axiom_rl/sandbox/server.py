@@ -454,8 +454,9 @@ class Forker:
     after each fork, every page a process writes is faulted again (copied while the child
     lives), and the monitor's watching and reporting wrote some 250 pages a job.
 
-    Per job, one byte each way at most: "j" with the job's memory file, the candidate's channel
-    and its output pipe attached (start); then "e" when the monitor is done watching (end): the
+    Per job, one byte from the monitor at a time, and at most a 4-byte exit status back: "j" with
+    the job's memory file, the candidate's channel and its output pipe attached (start); then "e"
+    when the monitor is done watching (end): the
     forker kills the candidate, with everything it started, waits for it, and cleans up after
     the job (the slot's scratch directories, or the job's directory without namespaces) before
     it reads the next command. "w" instead of "e" also asks for the exit status. The candidate
@@ -465,15 +466,7 @@ class Forker:
         ours, theirs = socket.socketpair()
 
         def run() -> None:
-            keep = [
-                theirs.fileno(),
-                cfg["own_pid_ns"],
-                cfg["slot_netns"],
-                cfg["mount_template"],
-                cfg["landlock_ruleset"],
-                *cfg["slot_scratch"],
-                *cfg["path_handles"].values(),
-            ]
+            keep = [theirs.fileno(), cfg["own_pid_ns"], *cfg["slot_scratch"], *_slot_fds_for_candidates(cfg)]
             keep_only_fds([fd for fd in keep if fd >= 0])
             redirect_stdio(None)
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -554,6 +547,12 @@ def _clean_up_after_job(cfg: dict) -> None:
             _remove(os.path.join(cfg["slot_dir"], name))
 
 
+def _slot_fds_for_candidates(cfg: dict) -> list[int]:
+    """The slot's descriptors a candidate's isolate() uses (-1 where the slot has none): the forker
+    keeps them open for every candidate, each candidate keeps them and nothing else of the slot's."""
+    return [cfg["slot_netns"], cfg["mount_template"], cfg["landlock_ruleset"], *cfg["path_handles"].values()]
+
+
 def run_candidate(spec_fd: int, channel: int, out_w: int, cfg: dict) -> None:
     """In a fresh fork of the forker: read the job, become a sandboxed process, run the submission."""
     spec = marshal.loads(read_memory_file(spec_fd))
@@ -566,16 +565,7 @@ def run_candidate(spec_fd: int, channel: int, out_w: int, cfg: dict) -> None:
         if uid is not None:
             os.chown(workdir, uid, uid)
         submission_environment(workdir)  # with namespaces, every job's is already the forker's
-    keep_only_fds(
-        [
-            channel,
-            out_w,
-            cfg["slot_netns"],
-            cfg["mount_template"],
-            cfg["landlock_ruleset"],
-            *cfg["path_handles"].values(),
-        ]
-    )
+    keep_only_fds([channel, out_w, *_slot_fds_for_candidates(cfg)])
     redirect_stdio(out_w)
     isolate(cfg, limits, uid, workdir, fresh_mounts=not uses_slot_scratch(cfg, limits))
     (candidate_io if job["mode"] == "io" else candidate_rpc)(job, channel)
