@@ -24,6 +24,7 @@ import pytest
 from conftest import wait_for_no_leftovers
 
 from axiom_rl.sandbox import Limits, Sandbox, codec, decode_value, judging, landlock_rules, syscall_filter
+from axiom_rl.sandbox.pool import slot_cpus
 from axiom_rl.types import (
     MEMORY_LIMIT,
     PASSED,
@@ -1429,3 +1430,36 @@ def test_no_two_worker_slots_on_the_machine_share_a_uid():
         held = set(a.uids)
     with Sandbox(workers=2) as again:  # released with their pools: claimed afresh
         assert set(again.uids) == held
+
+
+# ------------------------------------------------------------------ where slots run
+
+
+def test_slot_cpus_pins_only_a_pool_with_one_slot_per_cpu(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5, 9})
+    assert slot_cpus(3, None) == [3, 5, 9]
+    assert slot_cpus(2, None) == [None, None]  # a smaller pool would crowd the first CPUs
+    assert slot_cpus(4, None) == [None] * 4  # a larger one is left to the scheduler
+    assert slot_cpus(4, True) == [3, 5, 9, 3]
+    assert slot_cpus(3, False) == [None] * 3
+
+
+AFFINITY = "import os\ndef f():\n    return sorted(os.sched_getaffinity(0))\n"
+
+
+@pytest.mark.parametrize("pin", [None, False])
+def test_each_slot_s_submissions_run_on_its_cpu(pin):
+    allowed = sorted(os.sched_getaffinity(0))
+    with Sandbox(workers=len(allowed), limits=LIMITS, pin_cpus=pin) as pool:
+        slots = {slot.index: slot.cpu for slot in pool._slots}
+        seen = [
+            decode_value(pool.run_calls(AFFINITY, "f", [[]]).messages[1]["value"])
+            for _ in range(4 * len(allowed))
+        ]
+    if pin is False:
+        assert set(slots.values()) == {None}
+        assert all(cpus == allowed for cpus in seen)
+    else:
+        assert sorted(slots.values()) == allowed
+        assert all(len(cpus) == 1 and cpus[0] in allowed for cpus in seen), seen
+    assert not wait_for_no_leftovers()

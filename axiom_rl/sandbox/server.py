@@ -712,6 +712,9 @@ def _isolation_summary(cfg: dict, settings: dict) -> str:
 def main() -> None:
     channel = int(sys.argv[1])
     settings = json.loads(sys.argv[2])
+    if settings.get("cpu") is not None:  # before any fork: the forker, judge and candidates inherit it
+        with contextlib.suppress(OSError):  # the CPU went offline since: run anywhere
+            os.sched_setaffinity(0, {settings["cpu"]})
     site = settings.get("site") or {}
     use_site(site.get("prefix", sys.prefix), site.get("exec_prefix", sys.exec_prefix), site.get("dirs", []))
     for name in PRELOAD:
