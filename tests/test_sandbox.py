@@ -542,6 +542,24 @@ def test_what_a_job_leaves_running_is_dead_before_the_next_job_starts():
     assert not wait_for_no_leftovers()
 
 
+@pytest.mark.parametrize("garbage", [b"not json\n", b"\xff\xfe{}\n", b'{"ok": true, "value": 7\n'])
+def test_garbage_on_the_result_channel(sandbox, garbage):
+    # Whatever descriptor carries its results, the submission writes malformed lines to it.
+    code = f"""
+    import os
+    def f(a, b):
+        for fd in range(3, 64):
+            try:
+                os.write(fd, {garbage!r})
+            except OSError:
+                pass
+        return a + b
+    """
+    verdict = run(sandbox, code)
+    assert verdict.status == RUNTIME_ERROR
+    assert "malformed" in verdict.detail, verdict
+
+
 def test_deep_recursion(sandbox):
     assert run(sandbox, "def f(a, b):\n    return f(a, b) + 1").status == RUNTIME_ERROR
     # With the limit lifted, 3.11+ recursion lives on the heap (no C stack per Python call): it

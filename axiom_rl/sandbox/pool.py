@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import codec
-from .framing import memory_file
+from .framing import decode_line, memory_file
 
 SERVER = Path(__file__).with_name("server.py")
 # Started as root, every worker slot runs submissions as a uid of its own from this range.
@@ -364,7 +364,7 @@ class Sandbox:
                 line = slot.read_line(time.monotonic() + limits.cpu_s * limits.wall_factor + 30.0)
                 if line is None:
                     raise SandboxError("the sandbox worker stopped answering")
-                report = json.loads(line)
+                report = decode_line(line)
             except (OSError, ValueError, SandboxError) as e:
                 if not self._closed:
                     slot = self._replace(slot)
