@@ -38,6 +38,10 @@ from .types import (
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _CODE_LANGS = {"", "python", "py", "python3", "py3"}
+# The functions a program defines, at any depth. One pattern for every entry point: a pattern per
+# entry point was compiled (0.05 ms) twice a verification once a set of problems has more entry
+# points than the re module caches (512; MBPP has 974).
+_DEFINED = re.compile(r"^\s*(?:async\s+)?def\s+([^\W\d]\w*)\s*\(", re.MULTILINE)
 _CODE_START = re.compile(r"^(def |async def |class |import |from |@)", re.MULTILINE)
 DETAIL_CHARS = 300
 
@@ -99,7 +103,7 @@ def has_fenced_function(completion: str, entry_point: str | None) -> bool:
 
 
 def _defines(code: str, entry_point: str) -> bool:
-    return re.search(rf"^\s*(async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
+    return entry_point in _DEFINED.findall(code)
 
 
 def build_program(problem: Problem, completion: str) -> str | None:

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 from conftest import HUMANEVAL, MBPP, needs_shared_data
 
+from axiom_rl import verifier
 from axiom_rl.sandbox import Sandbox
 from axiom_rl.tasks import generate_problems, get_task, task_names
 from axiom_rl.tasks.importers import import_humaneval, import_mbpp, mbpp_entry_point
@@ -29,6 +30,24 @@ def test_extract_fenced_block_defining_the_entry_point():
         "Sure!\n```python\ndef helper():\n    pass\n```\nand\n```python\ndef f(x):\n    return x\n```\nDone."
     )
     assert extract_code(text, "f") == "def f(x):\n    return x\n"
+
+
+@pytest.mark.parametrize(
+    "code, defined",
+    [
+        ("def add(a):\n    pass", True),
+        ("  async def add (a):\n    pass", True),
+        ("class A:\n    def add(self):\n        pass", True),
+        ("def add\n(a):\n    pass", True),
+        ("def add_one(a):\n    pass", False),
+        ("def adder(a):\n    pass", False),
+        ("x = 1  # def add(\n", False),
+        ("add = lambda a: a", False),
+    ],
+)
+def test_what_counts_as_defining_the_entry_point(code, defined):
+    assert verifier._defines(code, "add") is defined
+    assert verifier._defines(code.replace("add", "ñame"), "ñame") is defined  # not only ASCII names
 
 
 def test_extract_prefers_the_last_definition():
