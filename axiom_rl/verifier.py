@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import os
 import re
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .sandbox import Limits, RunResult, Sandbox, decode_value, default_sandbox, judging
+from .sandbox import Limits, RunResult, Sandbox, decode_value, default_sandbox, judging, usable_cpus
 from .tasks.checkers import run_checker
 from .types import (
     INTERNAL_ERROR,
@@ -291,7 +290,7 @@ def sandbox_workers(requested: int | None, overlap: bool, processes: int = 1) ->
     thread's that drives it."""
     if requested is not None:
         return requested
-    return max(1, (os.cpu_count() or 1) // processes - int(overlap))
+    return max(1, len(usable_cpus()) // processes - int(overlap))
 
 
 def verify_many(

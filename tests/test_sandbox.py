@@ -1462,6 +1462,15 @@ def test_slot_cpus_pins_only_a_pool_with_one_slot_per_cpu(monkeypatch):
     assert slot_cpus(3, False) == [None] * 3
 
 
+def test_a_pool_has_one_slot_per_cpu_this_process_may_use(monkeypatch):
+    from axiom_rl.verifier import sandbox_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5})  # as under `taskset -c 0,2,5`
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert Sandbox().workers == 3
+    assert sandbox_workers(None, overlap=False) == 3
+
+
 AFFINITY = "import os\ndef f():\n    return sorted(os.sched_getaffinity(0))\n"
 
 

@@ -218,7 +218,7 @@ def test_overlap_verification_is_on_where_the_model_runs_on_a_gpu():
 
     assert [overlaps_verification(choice, "cpu") for choice in ("auto", "on", "off")] == [False, True, False]
     assert [overlaps_verification(choice, "cuda") for choice in ("auto", "on", "off")] == [True, True, False]
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))  # the cores this process may use
     assert sandbox_workers(None, False) == cores and sandbox_workers(3, True) == 3
     assert sandbox_workers(None, True) == max(1, cores - 1)  # a core for the thread driving the model
     assert sandbox_workers(None, False, processes=2) == max(1, cores // 2)

@@ -130,6 +130,7 @@ from .pool import (
     decode_value,
     default_sandbox,
     pool_size,
+    usable_cpus,
 )
 
 __all__ = [
@@ -141,4 +142,5 @@ __all__ = [
     "decode_value",
     "default_sandbox",
     "pool_size",
+    "usable_cpus",
 ]

@@ -225,8 +225,16 @@ class _Slot:
         self.stderr.close()
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: a container's or `taskset`'s share, not
+    every core of the machine as os.cpu_count() says)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def _slots(workers: int | None) -> int:
-    return max(1, workers or os.cpu_count() or 1)  # default: one per core
+    return max(1, workers or len(usable_cpus()))  # default: one per core this process may use
 
 
 def slot_cpus(slots: int, pin: bool | None) -> list[int | None]:
@@ -238,8 +246,8 @@ def slot_cpus(slots: int, pin: bool | None) -> list[int | None]:
     `pin` None (the default) pins only a pool that has exactly one slot per CPU this process may
     use: a smaller pool (or several of them, in processes of their own) would all start at the
     first CPUs and crowd them, and a larger one is better placed by the scheduler."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus or pin is False or (pin is None and slots != len(cpus)):
+    cpus = usable_cpus()
+    if not hasattr(os, "sched_setaffinity") or pin is False or (pin is None and slots != len(cpus)):
         return [None] * slots
     return [cpus[i % len(cpus)] for i in range(slots)]
 
