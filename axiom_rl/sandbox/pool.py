@@ -2,7 +2,7 @@
 
 `Sandbox` starts one `server.py` process per slot (interpreter start-up and imports paid once per
 slot, not per job) and keeps a socket to each. At most `workers` jobs run at once (default: the
-number of cores); a job takes a free slot, sends one JSON line and reads one back. A monitor that
+number of CPUs this process may use); a job takes a free slot, sends one JSON line and reads one back. A monitor that
 dies or stops answering is killed and started again; the job it was running gets an
 `internal_error` (the verifier's fault, never the submission's). With one slot per CPU (the
 default), each slot's processes keep to a CPU of their own (slot_cpus). Thread-safe.
@@ -242,7 +242,7 @@ def slot_cpus(slots: int, pin: bool | None) -> list[int | None]:
 
     A job hops from process to process (monitor, forker, candidate, judge, monitor): on the same
     CPU each hop is a plain switch, while waking a process on another, idle CPU of a VM waits for
-    the hypervisor. Pinned, HumanEval's checks ran 6-8% faster on 2 cores (docs/benchmarks.md).
+    the hypervisor. Pinned, HumanEval's checks ran 6-11% faster on 2 cores (docs/benchmarks.md).
     `pin` None (the default) pins only a pool that has exactly one slot per CPU this process may
     use: a smaller pool (or several of them, in processes of their own) would all start at the
     first CPUs and crowd them, and a larger one is better placed by the scheduler."""
