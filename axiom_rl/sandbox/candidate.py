@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
 import signal
 
 import codec
 import judging
-from framing import LineReader, send_line
+from framing import LineReader, send_line, write_all
 
 
 class CallTimeout(BaseException):
@@ -111,9 +110,7 @@ def _send_result(fd: int, result: dict) -> None:
     text = json.dumps(result, separators=(",", ":"))
     if raw is not None:
         text = text[:-1] + ',"value":' + raw + "}"
-    view = memoryview((text + "\n").encode())
-    while view:
-        view = view[os.write(fd, view) :]
+    write_all(fd, (text + "\n").encode())
 
 
 def candidate_io(job: dict, out_fd: int) -> None:

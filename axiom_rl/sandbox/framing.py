@@ -20,14 +20,19 @@ def decode_line(line: bytes) -> object:
     return _decode_json(line.decode("utf-8", "surrogatepass"))
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` (os.write may take only part of it: a pipe, a socket)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def memory_file(content: bytes, name: str) -> int:
     """A descriptor of an anonymous file in memory holding `content`, to pass to another process
     (SCM_RIGHTS, or inherited) that reads it with read_memory_file."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, content)
     except BaseException:
         os.close(fd)
         raise
@@ -43,9 +48,7 @@ def read_memory_file(fd: int) -> bytes:
 
 
 def send_line(fd: int, obj: object) -> None:
-    view = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
-    while view:
-        view = view[os.write(fd, view) :]
+    write_all(fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
 
 
 class LineReader:

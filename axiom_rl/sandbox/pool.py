@@ -2,10 +2,10 @@
 
 `Sandbox` starts one `server.py` process per slot (interpreter start-up and imports paid once per
 slot, not per job) and keeps a socket to each. At most `workers` jobs run at once (default: the
-number of CPUs this process may use); a job takes a free slot, sends one JSON line and reads one back. A monitor that
-dies or stops answering is killed and started again; the job it was running gets an
-`internal_error` (the verifier's fault, never the submission's). With one slot per CPU (the
-default), each slot's processes keep to a CPU of their own (slot_cpus). Thread-safe.
+number of CPUs this process may use); a job takes a free slot, sends one JSON line and reads one
+back. A monitor that dies or stops answering is killed and started again; the job it was running
+gets an `internal_error` (the verifier's fault, never the submission's). With one slot per CPU
+(the default), each slot's processes keep to a CPU of their own (slot_cpus). Thread-safe.
 """
 
 from __future__ import annotations
