@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import signal
+import socket
 
 import codec
 import judging
@@ -156,3 +158,43 @@ def candidate_rpc(job: dict, sock_fd: int) -> None:
             send_line(sock_fd, {"ok": False, "kind": "runtime_error", "error": f"bad arguments: {e}"[:300]})
             continue
         _send_result(sock_fd, _call(fn, list(args), dict(kwargs), budget))
+
+
+# Arguments of every kind the codec carries, and a call that raises, for warm_up.
+_WARM_UP_CODE = "def f(x):\n    if x == 'raise':\n        raise ValueError(x)\n    return x\n"
+_WARM_UP_VALUES = [1, -(2**70), 2.5, float("nan"), "s", b"b", None, True, [1], (1,), {"k": 1}, {1}, 1j, "raise"]  # fmt: skip
+
+
+def warm_up(rounds: int = 16) -> None:
+    """Run this module's code on trusted, harmless jobs in the monitor, before it forks its forker
+    (server.main), so that every candidate starts with it warm.
+
+    CPython's adaptive interpreter (3.11+) writes into a function's code object as it warms up
+    and specialises its instructions. Code that only candidates run was cold in each of them, and
+    in a fresh fork every page such a write touches is copied. Warmed once here: about 50 fewer
+    page faults and 0.12 ms less CPU in each candidate, 6% more HumanEval checks per second
+    (docs/benchmarks.md). Costs the monitor 15 ms at its start; leaves no signal handler or timer
+    behind."""
+    previous = signal.getsignal(signal.SIGPROF)
+    job = {"code": _WARM_UP_CODE, "entry_point": "f", "limits": {"call_timeout": 60.0, "cpu_s": 60.0}}
+    plain = [[v] for v in _WARM_UP_VALUES if isinstance(v, (int, float, str, list, dict)) and v == v]
+    replayed = [codec.encode([v]) for v in _WARM_UP_VALUES]
+    requests = b"".join(
+        json.dumps({"args": codec.encode([v], allow_objects=True), "kwargs": {"$d": []}}).encode() + b"\n"
+        for v in _WARM_UP_VALUES
+    )
+    sink = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for _ in range(rounds):
+            candidate_io({**job, "mode": "io", "calls": plain}, sink)
+            candidate_io({**job, "mode": "io", "calls": replayed, "replay": True}, sink)
+            candidate_io({**job, "mode": "io", "calls": [], "code": "def f(:"}, sink)  # a syntax error
+            ours, judge = socket.socketpair()
+            with ours, judge:
+                judge.sendall(requests)
+                judge.shutdown(socket.SHUT_WR)
+                candidate_rpc({**job, "mode": "assert"}, ours.fileno())
+    finally:
+        os.close(sink)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
