@@ -1543,3 +1543,37 @@ def test_each_slot_s_submissions_run_on_its_cpu(pin):
         assert sorted(slots.values()) == allowed
         assert all(len(cpus) == 1 and cpus[0] in allowed for cpus in seen), seen
     assert not wait_for_no_leftovers()
+
+
+def _switches(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_the_monitor_is_a_batch_task_and_what_it_starts_is_not():
+    """Only the monitor: the forker, the judge and the candidates compete for the CPU as usual."""
+    with Sandbox(workers=1, limits=LIMITS) as pool:
+        monitor = pool._slots[0].proc.pid
+        children = [int(p) for p in Path(f"/proc/{monitor}/task/{monitor}/children").read_text().split()]
+        policy = "import os\ndef f():\n    return os.sched_getscheduler(0)\n"
+        candidate = decode_value(pool.run_calls(policy, "f", [[]]).messages[1]["value"])
+        assert os.sched_getscheduler(monitor) & ~os.SCHED_RESET_ON_FORK == os.SCHED_BATCH
+        assert len(children) == 2 and [os.sched_getscheduler(p) for p in children] == [os.SCHED_OTHER] * 2
+        assert candidate == os.SCHED_OTHER
+    assert not wait_for_no_leftovers()
+
+
+def test_a_job_s_result_lines_do_not_wake_the_monitor_one_by_one():
+    """On a pinned slot the candidate and the monitor share a CPU: a line used to switch to the
+    monitor and back for each call."""
+    calls = [[i, i] for i in range(40)]
+    with Sandbox(workers=1, limits=LIMITS, pin_cpus=True) as pool:
+        monitor = pool._slots[0].proc.pid
+        pool.run_calls("def f(x, y):\n    return x + y\n", "f", calls)
+        before = _switches(monitor)
+        for _ in range(10):
+            result = pool.run_calls("def f(x, y):\n    return x + y\n", "f", calls)
+            assert [m["value"] for m in result.messages[1:-1]] == [2 * i for i in range(40)]
+        per_job = (_switches(monitor) - before) / 10
+    assert per_job < 15, per_job
+    assert not wait_for_no_leftovers()

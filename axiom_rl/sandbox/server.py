@@ -729,6 +729,14 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     cfg["forker"] = Forker(cfg)  # before any job: see Forker
+    # Each result line wakes the monitor, but as a batch task it does not preempt the candidate
+    # that wrote it (on a pinned slot, the same CPU): the candidate goes on to its next call and
+    # the monitor reads the lines together when it blocks or ends. A job of 31 calls: 2 context
+    # switches instead of 31, 22 against 32 µs of the machine's CPU a call. It still gets its
+    # share of the CPU, so wall-clock limits hold; the forker, the judge and the candidates, forked
+    # before this or reset at fork, stay normal tasks.
+    with contextlib.suppress(AttributeError, OSError):  # a platform without these policies
+        os.sched_setscheduler(0, os.SCHED_BATCH | os.SCHED_RESET_ON_FORK, os.sched_param(0))
     send_line(channel, {"ready": True, "isolation": mode, "namespaces": cfg["namespaces"]})
     jobs = LineReader(channel, 1 << 30, take_fds=True)
     try:
