@@ -24,6 +24,7 @@ import pytest
 from conftest import wait_for_no_leftovers
 
 from axiom_rl.sandbox import Limits, Sandbox, codec, decode_value, judging, landlock_rules, syscall_filter
+from axiom_rl.sandbox.framing import memory_file, read_memory_file
 from axiom_rl.sandbox.pool import slot_cpus
 from axiom_rl.types import (
     MEMORY_LIMIT,
@@ -1577,3 +1578,14 @@ def test_a_job_s_result_lines_do_not_wake_the_monitor_one_by_one():
         per_job = (_switches(monitor) - before) / 10
     assert per_job < 15, per_job
     assert not wait_for_no_leftovers()
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, (1 << 20) + 3])
+def test_a_memory_file_reads_back_what_was_written(size):
+    content = os.urandom(size)
+    fd = memory_file(content, "test")
+    try:
+        assert read_memory_file(fd) == content
+        assert read_memory_file(fd) == content  # from its start again, whatever was read before
+    finally:
+        os.close(fd)
