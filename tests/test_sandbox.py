@@ -584,6 +584,12 @@ def test_result_too_large_or_too_deep(sandbox, expr):
     assert v.status == RUNTIME_ERROR, v
 
 
+def test_a_large_result_comes_back_whole(sandbox):
+    """About a megabyte of results: the report reaches the parent in many reads."""
+    answer = call_once(sandbox, "def f(n):\n    return [i * 7 for i in range(n)]\n", 100_000)
+    assert decode_value(answer["value"]) == [i * 7 for i in range(100_000)]
+
+
 def test_syntax_error_and_missing_function(sandbox):
     assert run(sandbox, "def f(a, b) return a").status == SYNTAX_ERROR
     assert run(sandbox, "def g(a, b):\n    return a + b").status == RUNTIME_ERROR

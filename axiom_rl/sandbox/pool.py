@@ -195,15 +195,18 @@ class _Slot:
 
     def read_line(self, deadline: float) -> bytes | None:
         """One line from the monitor; None on EOF or when the deadline passes."""
-        while b"\n" not in self.buf:
+        chunks = [self.buf]  # joined once: a report of many megabytes arrives in many pieces
+        while b"\n" not in chunks[-1]:
             wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([self.sock], [], [], wait)[0]:
-                return None
-            chunk = self.sock.recv(1 << 20)
+            ready = wait > 0 and select.select([self.sock], [], [], wait)[0]
+            # 64 KB at a time: recv allocates (and maps) its whole buffer for every call, then
+            # shrinks it to what arrived, a few hundred bytes for most reports.
+            chunk = self.sock.recv(1 << 16) if ready else b""
             if not chunk:
+                self.buf = b"".join(chunks)
                 return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
+            chunks.append(chunk)
+        line, _, self.buf = b"".join(chunks).partition(b"\n")
         return line
 
     def kill(self) -> None:
