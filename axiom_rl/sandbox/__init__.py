@@ -13,7 +13,8 @@ correct submission before it had returned).
 
 What is covered (tests/test_sandbox.py checks each item adversarially):
 - Isolation, when the kernel allows namespaces (always as root; without root, through an
-  unprivileged user namespace): fresh pid and IPC namespaces per submission, and a network
+  unprivileged user namespace): a fresh pid namespace per submission (and a fresh IPC namespace
+  where there is no seccomp filter, which otherwise refuses all that one holds), and a network
   namespace with nothing in it but a downed loopback (as root, one per worker slot, reused: an
   unprivileged submission cannot change it, and the previous one's processes are all dead; in a
   user namespace a fresh one per submission, since there it could). It is init of its pid
@@ -108,8 +109,8 @@ What is not covered:
   Linux 5.13+) lets it read only what it would see with namespaces (the system's and the
   interpreter's directories) and its private directory, write only in that directory and run
   no program, and from Linux 6.12 signal no process and reach no abstract Unix socket outside
-  itself. The seccomp filter, in a stricter form, refuses execve too, signals to any process
-  but its own, and System V IPC and message queues (the host's there). Python audit hooks
+  itself. The seccomp filter, in a stricter form, refuses execve too, and signals to any
+  process but its own. Python audit hooks
   refuse subprocesses, ctypes and sockets besides. Whatever it started dies after it, daemons
   that left its session too (the monitor is their subreaper), and its directory goes with it.
   It can still see the host's processes. On a kernel without Landlock it can read and write

@@ -115,7 +115,8 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str, fresh_mounts
     instead of a copy of it with scratch tmpfs mounts and a /proc of its own."""
     os.setsid()
     if cfg["namespaces"]:
-        flags = (CLONE_NEWNS if fresh_mounts else 0) | CLONE_NEWIPC
+        # No IPC namespace where the seccomp filter refuses all it holds (syscall_filter.DENIED_IPC).
+        flags = (CLONE_NEWNS if fresh_mounts else 0) | (0 if cfg["syscall_filter"] else CLONE_NEWIPC)
         if cfg["slot_netns"] >= 0:
             setns(cfg["slot_netns"], CLONE_NEWNET)  # the slot's empty network namespace (root mode)
             os.close(cfg["slot_netns"])
@@ -126,7 +127,8 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str, fresh_mounts
         # be fresh for every job.
         setns(cfg["mount_template"], CLONE_NEWNS)
         os.close(cfg["mount_template"])
-        unshare(flags)
+        if flags:
+            unshare(flags)
     if cfg["namespaces"] and fresh_mounts:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # shows only our processes
         # O_PATH handles on interpreter directories the scratch mounts would cover (a venv in

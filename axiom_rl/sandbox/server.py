@@ -693,7 +693,7 @@ def _isolation_summary(cfg: dict, settings: dict) -> str:
     else:
         who = "the caller's uid"
     if cfg["syscall_filter"]:
-        filtered = "a seccomp filter"
+        filtered = "a seccomp filter (System V IPC refused)" if cfg["namespaces"] else "a seccomp filter"
     elif not settings.get("syscall_filter", True):
         filtered = "no seccomp filter (switched off)"
     else:
@@ -701,7 +701,8 @@ def _isolation_summary(cfg: dict, settings: dict) -> str:
     if cfg["namespaces"]:
         files = "only the system's and the interpreter's files" if cfg["visible_dirs"] else "the host's files"
         tmp = "a tmpfs per slot, emptied after each job" if cfg["slot_scratch"] else "a private tmpfs"
-        return f"namespaces (pid, net, mount, ipc), {files} (read-only) and {tmp}, {who}, rlimits, {filtered}"
+        spaces = "pid, net, mount" if cfg["syscall_filter"] else "pid, net, mount, ipc"
+        return f"namespaces ({spaces}), {files} (read-only) and {tmp}, {who}, rlimits, {filtered}"
     why = "the kernel refused" if settings.get("namespaces", True) else "switched off"
     landlock = (
         cfg["landlock"].describe()
