@@ -37,10 +37,14 @@ from .types import (
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _CODE_LANGS = {"", "python", "py", "python3", "py3"}
-# The functions a program defines, at any depth. One pattern for every entry point: a pattern per
-# entry point was compiled (0.05 ms) twice a verification once a set of problems has more entry
-# points than the re module caches (512; MBPP has 974).
-_DEFINED = re.compile(r"^\s*(?:async\s+)?def\s+([^\W\d]\w*)\s*\(", re.MULTILINE)
+# The functions a program defines, at any depth: `def NAME(` with only whitespace (and `async`)
+# before it on its line. One pattern for every entry point (a pattern per entry point was
+# compiled, 0.05 ms, twice a verification once a set of problems had more entry points than the
+# re module caches: 512; MBPP has 974), and one that starts with a literal, which the re module
+# finds fast, its line checked after: a pattern anchored at every line start took 8-12 us a
+# program, twice a verification; this takes 2.
+_DEF = re.compile(r"def\s+([^\W\d]\w*)\s*\(")
+_ONLY_SPACE_BEFORE_DEF = re.compile(r"\s*(?:async\s+)?\Z")
 _CODE_START = re.compile(r"^(def |async def |class |import |from |@)", re.MULTILINE)
 DETAIL_CHARS = 300
 
@@ -102,7 +106,15 @@ def has_fenced_function(completion: str, entry_point: str | None) -> bool:
 
 
 def _defines(code: str, entry_point: str) -> bool:
-    return entry_point in _DEFINED.findall(code)
+    if entry_point not in code:  # most bodies that continue a prompt: nothing to search
+        return False
+    for m in _DEF.finditer(code):
+        start = m.start()
+        if m.group(1) == entry_point and _ONLY_SPACE_BEFORE_DEF.match(
+            code, code.rfind("\n", 0, start) + 1, start
+        ):
+            return True
+    return False
 
 
 def build_program(problem: Problem, completion: str) -> str | None:

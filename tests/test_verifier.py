@@ -43,6 +43,11 @@ def test_extract_fenced_block_defining_the_entry_point():
         ("def adder(a):\n    pass", False),
         ("x = 1  # def add(\n", False),
         ("add = lambda a: a", False),
+        ("x = 1; def add(a): pass", False),
+        ("undef add(a):\n    pass", False),
+        ("def helper(add):\n    return add(1)", False),
+        ("async\n  def add(a):\n    pass", True),
+        ("def other(a):\n    pass\n\n\tdef add(b):\n        pass", True),
     ],
 )
 def test_what_counts_as_defining_the_entry_point(code, defined):
