@@ -164,10 +164,10 @@ def _run_assert_tests(problem: Problem, program: str, sandbox: Sandbox, limits: 
     per call; the report is the judge's own (judging.py). The others go to the judge."""
     entry_point, test_code = problem.entry_point or "", problem.test_code or ""
     prelude = str(problem.metadata.get("judge_prelude") or "")
-    calls = judging.replayable_calls(test_code, entry_point, prelude)
+    calls = judging.encoded_replayable_calls(test_code, entry_point, prelude)
     if calls is None:
         return sandbox.run_tests(program, entry_point, test_code, prelude, limits)
-    run = sandbox.run_calls(program, entry_point, calls, limits, replay=True)
+    run = sandbox.run_calls(program, entry_point, calls, limits, replay=True, encoded=True)
     if run.internal_error:
         return run
     report = judging.replay_report(test_code, entry_point, run.messages, run.reason)

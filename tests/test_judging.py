@@ -15,7 +15,7 @@ import pytest
 from conftest import HUMANEVAL, MBPP, needs_shared_data, wait_for_no_leftovers
 
 from axiom_rl import verifier
-from axiom_rl.sandbox import Limits, Sandbox, judging
+from axiom_rl.sandbox import Limits, Sandbox, codec, judging
 from axiom_rl.tasks.importers import import_humaneval, import_mbpp
 from axiom_rl.types import PASSED, RUNTIME_ERROR, TIMEOUT, WRONG_ANSWER, Problem, Verdict
 
@@ -87,6 +87,8 @@ def check(candidate):
 )
 def test_literal_asserts_replay(test_code, calls):
     assert judging.replayable_calls(test_code, "add") == calls
+    # As the candidate receives them: tuples and sets keep their kind.
+    assert judging.encoded_replayable_calls(test_code, "add") == [codec.encode(args) for args in calls]
 
 
 @pytest.mark.parametrize(

@@ -398,6 +398,7 @@ class Sandbox:
         calls: list[list[Any]],
         limits: Limits | None = None,
         replay: bool = False,
+        encoded: bool = False,
     ) -> RunResult:
         """Run `code`, then call `entry_point(*args)` for each args in `calls`.
 
@@ -406,11 +407,12 @@ class Sandbox:
 
         `replay`: the calls of assert-style tests that the caller runs over the answers
         (judging.replay_report). Their arguments travel codec-encoded, as the judge's do (tuples
-        stay tuples), and the run stops at a call that runs out of time or memory.
+        stay tuples), and the run stops at a call that runs out of time or memory. `encoded`:
+        they are given encoded already (judging.encoded_replayable_calls).
         """
         job = {"mode": "io", "code": code, "entry_point": entry_point, "calls": calls}
         if replay:
-            job.update(replay=True, calls=[codec.encode(list(args)) for args in calls])
+            job.update(replay=True, calls=calls if encoded else [codec.encode(list(args)) for args in calls])
         return self._run(job, limits or self.limits)
 
     def run_tests(

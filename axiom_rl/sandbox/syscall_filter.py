@@ -199,7 +199,11 @@ def program(machine: str | None = None, shared_host: bool = False) -> Program | 
     if arch is None:
         return None
     col, audit_arch = arch
-    denied = [*DENIED.values(), *DENIED_IPC.values(), *(DENIED_ON_SHARED_HOST.values() if shared_host else ())]
+    denied = [
+        *DENIED.values(),
+        *DENIED_IPC.values(),
+        *(DENIED_ON_SHARED_HOST.values() if shared_host else ()),
+    ]
     refused = sorted({numbers[col] for numbers in denied if numbers[col] is not None})
     checked = {name: numbers[col] for name, numbers in CHECKED_ARGS.items()}
     if not shared_host:
