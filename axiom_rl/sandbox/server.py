@@ -11,7 +11,7 @@ per worker slot, with a scrubbed environment, in a session of its own, without t
          │         replay (judging.py): runs each job's trusted test code, in which the
          │         candidate function is an RPC stub)
          └─ forker (one per slot, forked before any job; never holds a job's data: see Forker)
-              └─ candidate (per job, untrusted: a fresh fork in fresh pid and IPC namespaces, in
+              └─ candidate (per job, untrusted: a fresh fork in a fresh pid namespace, in
                             the slot's mount namespace; reads its job itself, answers the
                             monitor with plain data only, and is killed, with everything it
                             started, at the end)
