@@ -44,6 +44,8 @@ from axiom_rl.train.batch import (
 )
 from axiom_rl.train.grpo import TrainingStopped, train
 from axiom_rl.train.sft import sft
+from axiom_rl.train.stop import MESSAGE as STOP_MESSAGE
+from axiom_rl.train.stop import StopRequest
 from axiom_rl.types import PASSED, WRONG_ANSWER, Problem, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -789,6 +791,21 @@ def test_an_sft_loss_that_was_not_finite_still_plots(tmp_path):
     log.close()
     assert plot_run(tmp_path).read_bytes().startswith(b"\x89PNG")
     assert _smooth([2.0, float("inf"), 1.0], window=2) == [2.0, 2.0, 1.0]
+
+
+def test_ctrl_c_during_an_import_the_message_needs_still_stops_after_the_step(capfd):
+    """The first Ctrl-C arrived while rich was importing its emoji table for the run's first
+    print; the handler's own print needed the half-imported module, and the run died."""
+
+    def half_imported(message: str) -> None:
+        raise ImportError("cannot import name 'EMOJI' from partially initialized module")
+
+    with StopRequest(half_imported) as stop:
+        stop._handle(signal.SIGINT, None)
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):  # the second stops at once, as before
+            stop._handle(signal.SIGINT, None)
+    assert STOP_MESSAGE in capfd.readouterr().err
 
 
 def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path, capsys):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable
 from typing import Any
+
+MESSAGE = "stopping after this step (Ctrl-C again to stop now, without a checkpoint)"
 
 
 class StopRequest:
@@ -25,7 +28,14 @@ class StopRequest:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self._say("stopping after this step (Ctrl-C again to stop now, without a checkpoint)")
+        try:
+            self._say(MESSAGE)
+        except ImportError:
+            # The handler runs between two bytecodes of whatever the main thread was doing, an
+            # import included, and printing may need that half-imported module (rich loads its
+            # emoji table on its first print): the run then died with a traceback. A plain write
+            # to stderr needs nothing.
+            os.write(2, (MESSAGE + "\n").encode())
 
     def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
