@@ -67,7 +67,12 @@ class LineReader:
     """Newline-framed JSON from a file descriptor, with a cap on the bytes it will take."""
 
     def __init__(self, fd: int, max_bytes: int = 64 << 20, take_fds: bool = False) -> None:
-        self.fd, self.buf, self.total, self.max_bytes, self.eof = fd, b"", 0, max_bytes, False
+        self.fd, self.total, self.max_bytes, self.eof = fd, 0, max_bytes, False
+        # What arrived and was not popped yet, in the pieces read, joined only once a line is
+        # complete: a line of many megabytes arrives in many reads, and growing one bytes object
+        # by each copied (and searched) all of it again.
+        self.parts: list[bytes] = []
+        self.complete = False  # whether `parts` hold a newline
         # A socket to receive descriptors sent along with the bytes (see take_fds).
         self.sock = socket.socket(fileno=os.dup(fd)) if take_fds else None
         self.fds: list[int] = []
@@ -90,13 +95,16 @@ class LineReader:
         self.total += len(chunk)
         if self.total > self.max_bytes:
             raise ValueError("too much data")
-        self.buf += chunk
+        self.parts.append(chunk)
+        self.complete = self.complete or b"\n" in chunk
 
     def pop(self) -> object | None:
         """The next complete message in the buffer, if any (ValueError on garbage)."""
-        if b"\n" not in self.buf:
+        if not self.complete:
             return None
-        line, self.buf = self.buf.split(b"\n", 1)
+        line, _, rest = b"".join(self.parts).partition(b"\n")
+        self.parts = [rest] if rest else []
+        self.complete = b"\n" in rest
         return decode_line(line)
 
     def read(self, timeout: float | None) -> object | None:
