@@ -117,6 +117,11 @@ ABLATIONS = {
         "kernel (CPU only)",
         {},
     ),
+    "column-split-decode": (
+        "the C++ step's kernels each splitting their work by columns, not the rows split between the threads "
+        "(CPU only)",
+        {},
+    ),
     "aten-silu": (
         "the training passes' SiLU and product in ATen's calls, not the fused kernels (CPU only)",
         {},
@@ -154,6 +159,7 @@ ABLATION_DEVICE = {
     "python-decode": "cpu",
     "aten-ops": "cpu",
     "onednn-linear": "cpu",
+    "column-split-decode": "cpu",
     "aten-silu": "cpu",
     "sdpa-attention": "cpu",
     "aten-norm": "cpu",
@@ -171,6 +177,7 @@ def ablation_applies(name: str, device: str) -> bool:
 KERNEL_SWITCHES = {
     "aten-ops": ("axiom_rl.rollout.native", "OWN_KERNELS"),
     "onednn-linear": ("axiom_rl.rollout.native", "MATMUL_KERNEL"),
+    "column-split-decode": ("axiom_rl.rollout.native", "SPLIT_ROWS"),
     "aten-silu": ("axiom_rl.models.activation_memory", "FUSED_KERNELS"),
     "sdpa-attention": ("axiom_rl.models.attention", "KERNEL"),
     "aten-norm": ("axiom_rl.models.rms_norm", "KERNEL"),

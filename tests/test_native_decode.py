@@ -19,7 +19,7 @@ import torch
 from test_fast_rollout import TEXTS, model64, other_architecture
 
 from axiom_rl.errors import UserError
-from axiom_rl.models import cpu_matmul
+from axiom_rl.models import cpu_matmul, replay
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.rollout import fast, native
 
@@ -168,6 +168,48 @@ def test_rows_of_one_prompt_read_its_slots_from_the_first_row_with_the_same_bits
         past_the_prompt = {"rows_per_prompt": g, "prompt_slots": slot + 1}  # would share the slot written
         with pytest.raises(RuntimeError, match="come before the slot written"):
             step(ids, positions, cache_k, cache_v, slot, mask, cos, sin, **past_the_prompt)
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "n,rows_per_prompt", [(8, 4), (8, 8), (16, 2), (6, 3)]
+)  # whole runs to a thread; single rows of one run; many runs; too few rows to split (the control)
+def test_the_step_splits_its_rows_between_the_threads_with_the_same_bits(n, rows_per_prompt, monkeypatch):
+    """With two threads the step gives each a share of the rows through the whole step (where the
+    rows split into shares of 4): its logits, the keys and values it caches and what it records
+    for the training pass are the bits of every kernel splitting its own work by columns, and of
+    one thread. Rows of one prompt still read the prompt's slots from their run's first row."""
+    model, _ = float32_model("qwen2", seed=3)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        with torch.inference_mode():
+            w = fast._Weights(model)
+            ids, positions, cache_k, cache_v, slot, mask, cos, sin = one_step_inputs(w, n=n)
+            mask[1, ..., :2] = float("-inf")  # left padding in one row
+            positions = (positions - torch.arange(n).view(n, 1)).clamp(min=0)  # rows of other lengths
+            prompt_slots = 3
+            for cache in (cache_k, cache_v):  # each prompt's slots copied to its rows
+                view = cache.view(len(w.layers), n // rows_per_prompt, rows_per_prompt, w.kv_heads, slot + 1, -1)
+                view[:, :, 1:, :, :prompt_slots] = view[:, :, :1, :, :prompt_slots]
+            q, kv = w.heads * w.head_dim, w.kv_heads * w.head_dim
+            widths = replay.record_widths(q, kv, w.embed.shape[1], w.intermediate)
+            for split, count in ((True, 2), (False, 2), (True, 1)):
+                monkeypatch.setattr(native, "SPLIT_ROWS", split)
+                torch.set_num_threads(count)
+                record = replay.allocate(n, 2, len(w.layers), widths, w.vocab, torch.device("cpu"))
+                assert record is not None and record.logits is not None
+                k, v = cache_k.clone(), cache_v.clone()
+                logits = native._bind(native.op(), w, own_kernels=True)(
+                    ids, positions, k, v, slot, mask, cos, sin, record=record.flat(), record_at=1,
+                    rows_per_prompt=rows_per_prompt, prompt_slots=prompt_slots,
+                )  # fmt: skip
+                results.append([logits, k, v, *(t[:, 1] for t in record.flat())])
+    finally:
+        torch.set_num_threads(threads)
+    assert results[0][0].isfinite().all() and not torch.equal(results[0][1], cache_k)  # it stepped
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
 
 
 @needs_compiler

@@ -694,13 +694,13 @@ void records_done(at::TensorList record) {
 }
 
 // The first `width` values of each of the n rows of `src` (`stride` apart) into
-// record[index][row, step, :], which must be that wide.
+// record[index][first_row + row, step, :], which must be that wide.
 void keep(at::TensorList record, int64_t index, int64_t step, const float* src, int64_t stride, int64_t n,
-          int64_t width) {
+          int64_t width, int64_t first_row = 0) {
   if (record.empty() || index >= static_cast<int64_t>(record.size())) return;
   const at::Tensor& dst = record[index];
   TORCH_CHECK(dst.size(2) == width, "decode_step: record tensor ", index, " is ", dst.size(2), " wide, not ", width);
-  float* base = dst.data_ptr<float>() + step * dst.stride(1);
+  float* base = dst.data_ptr<float>() + step * dst.stride(1) + first_row * dst.stride(0);
   for (int64_t r = 0; r < n; ++r) stream_copy(base + r * dst.stride(0), src + r * stride, width);
 }
 
@@ -725,12 +725,13 @@ struct Kept {
 // output afterwards (at rollout-heavy's 64 rows those took some 10% of a token step): whole rollouts
 // in 0.94-0.97x the time at 8 x 8 rows and 256 tokens, 0.97-0.98x at 4 x 4 and 64 (medians of
 // alternated rollouts in one process; the memory traffic of the record itself stays).
-std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<Kept> kept, int64_t step) {
+std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<Kept> kept, int64_t step,
+                                int64_t first_row) {
   std::vector<Copy> copies;
   for (const Kept& part : kept) {
     if (part.index >= static_cast<int64_t>(record.size())) return {};
     const at::Tensor& t = record[part.index];
-    float* base = t.data_ptr<float>() + step * t.stride(1);
+    float* base = t.data_ptr<float>() + step * t.stride(1) + first_row * t.stride(0);
     if (t.size(2) % kPanel != 0 || t.stride(0) % kPanel != 0 || reinterpret_cast<std::uintptr_t>(base) % 64 != 0)
       return {};
     for (int64_t c = 0; c < t.size(2); c += kPanel) copies.push_back({base + c, t.stride(0)});
@@ -738,35 +739,59 @@ std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<Kep
   return copies;
 }
 
-// linear() of x [N, K], whose outputs also go into the record tensors `kept` at step `record_at`:
-// written by the panel kernel as it computes them where it can (record_copies), else copied
-// afterwards (keep). Returns the output, contiguous.
+// linear() of x [N, K], the step's rows from `first_row` on, whose outputs also go into the record
+// tensors `kept` at step `record_at`: written by the panel kernel as it computes them where it can
+// (record_copies), else copied afterwards (keep). Returns the output, contiguous.
 at::Tensor linear_kept(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t kind,
-                       at::TensorList record, int64_t record_at, std::initializer_list<Kept> kept) {
-  const std::vector<Copy> copies = kind == kPanels ? record_copies(record, kept, record_at) : std::vector<Copy>{};
+                       at::TensorList record, int64_t record_at, int64_t first_row, std::initializer_list<Kept> kept) {
+  const std::vector<Copy> copies =
+      kind == kPanels ? record_copies(record, kept, record_at, first_row) : std::vector<Copy>{};
   const at::Tensor out = linear(x, w, b, kind, &copies).contiguous();
   if (copies.empty()) {
     int64_t from = 0;
     for (const Kept& part : kept) {
-      keep(record, part.index, record_at, out.data_ptr<float>() + from, out.size(1), out.size(0), part.width);
+      keep(record, part.index, record_at, out.data_ptr<float>() + from, out.size(1), out.size(0), part.width,
+           first_row);
       from += part.width;
     }
   }
   return out;
 }
 
+// A thread's share of the step's rows (fused_step) is a whole number of this many rows, at least
+// one: the panel kernel's tiles of rows are 8, 4, 2 and 1 rows, and a share of 2 or 3 rows (or of 5
+// or 6) streams the whole model's weights past tiles too small to use them well. Measured
+// (docs/benchmarks.md, stop 48), rollouts of 64 tokens at 4 x 4 rows took 0.92x the time of the
+// split by columns, 0.78x at 3 x 8, 0.95x at 1 x 8; at 1 x 4, 1 x 6, 1 x 10 and 3 x 4 rows
+// (shares of 2, 3, 5 and 6) 1.01-1.18x: those split by columns.
+constexpr int64_t kShareRows = 4;
+
 // The decode step with its own kernels (`own_kernels`, for the head sizes kernel_for covers): the
 // computation of decode_step below, each layer's element-wise work in the loops above, its
 // attention in attend_pairs, and every intermediate a [rows, features] buffer of its own.
+//
+// A row's step reads no other row's values, so the rows are split between the threads, each taking
+// its share through the whole step in one parallel region: the kernels inside it run on their
+// thread alone (at::parallel_for runs inline there). Split by output columns instead, as each
+// kernel's own parallel_for does, a token step made some 40 such regions, each a wake-up and a
+// wait for the slower thread, and left the element-wise work between them (RMSNorm, RoPE, SiLU,
+// the residual adds; too little for a region of its own) to one thread while the other spun. Every
+// value is computed by the same loop in the same order either way (the panel kernel sums each
+// output over k in order whatever its tile of rows; attention, RMSNorm and the rest work a row at a
+// time), so the bits do not depend on the split or the number of threads. Each thread reads the
+// whole model's weights, from the L3 cache where they fit; a share is whole runs of
+// `rows_per_prompt` rows where there are enough runs, so a prompt's cached keys and values are
+// still read once for its rows.
 at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, const at::Tensor& cache_k,
                       const at::Tensor& cache_v, int64_t start, const at::Tensor& mask_in, const at::Tensor& cos_in,
                       const at::Tensor& sin_in, const at::Tensor& embed, const at::Tensor& norm,
                       const at::Tensor& lm_head, at::TensorList weights,
                       const c10::List<std::optional<at::Tensor>>& qkv_bias, int64_t h, int64_t kvh, int64_t hd,
                       double eps, int64_t linear_kind, at::TensorList record, int64_t record_at,
-                      int64_t rows_per_prompt, int64_t prompt_slots) {
+                      int64_t rows_per_prompt, int64_t prompt_slots, bool split_rows) {
   const int64_t n = ids.size(0), d = embed.size(1), end = start + 1, groups = h / kvh;
   const int64_t q_width = h * hd, kv_width = kvh * hd, qkv_width = q_width + 2 * kv_width;
+  const int64_t layers = static_cast<int64_t>(qkv_bias.size());
   TORCH_CHECK(embed.is_contiguous() && embed.scalar_type() == at::kFloat, "decode_step: a float32 embedding");
   TORCH_CHECK(cache_k.stride(-1) == 1 && cache_v.stride(-1) == 1, "decode_step: cache rows of hd contiguous");
   const at::Tensor ids64 = ids.to(at::kLong).contiguous(), positions = positions_in.to(at::kLong).contiguous();
@@ -774,10 +799,6 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   const at::Tensor mask = mask_in.stride(-1) == 1 ? mask_in : mask_in.contiguous();
   const float feps = static_cast<float>(eps);
   const auto options = embed.options();
-  at::Tensor x = at::empty({n, d}, options), y = at::empty({n, d}, options);
-  at::Tensor att = at::empty({n, q_width}, options), scores = at::empty({n * kvh, groups, end}, options);
-  float* xp = x.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
   const float* table = embed.data_ptr<float>();
   const int64_t* id = ids64.data_ptr<int64_t>();
   const int64_t* position = positions.data_ptr<int64_t>();
@@ -785,51 +806,88 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     TORCH_CHECK(id[r] >= 0 && id[r] < embed.size(0), "decode_step: token id ", id[r], " out of range");
     TORCH_CHECK(position[r] >= 0 && position[r] < cos.size(0), "decode_step: position ", position[r],
                 " beyond the rotary tables");
-    std::copy_n(table + id[r] * d, d, xp + r * d);
   }
+  // Contiguous once here, not in each thread.
+  std::vector<at::Tensor> norms;
+  for (int64_t i = 0; i < layers; ++i) {
+    norms.push_back(weights[6 * i].contiguous());
+    norms.push_back(weights[6 * i + 3].contiguous());
+  }
+  const at::Tensor final_norm = norm.contiguous();
   const AttendPairs attend = kernel_for(hd);
   const std::optional<at::Tensor> no_bias;
   const double scale = std::pow(static_cast<double>(hd), -0.5);
-  for (int64_t i = 0; i < static_cast<int64_t>(qkv_bias.size()); ++i) {
-    const at::Tensor* w = &weights[6 * i];
-    rms_rows(xp, w[0].contiguous().data_ptr<float>(), yp, n, d, feps);
-    at::Tensor qkv = linear_kept(y, w[1], qkv_bias.get(i), linear_kind, record, record_at,
-                                 {{7 * i, q_width}, {7 * i + 1, kv_width}, {7 * i + 2, kv_width}});  // [N, qkv_width]
-    float* qkvp = qkv.data_ptr<float>();
-    rotate_rows(qkvp, n, qkv_width, h + kvh, hd, position, cos.data_ptr<float>(),
-                sin.data_ptr<float>(), cos.stride(0));
-    const at::Tensor layer_k = cache_k.select(0, i), layer_v = cache_v.select(0, i);
-    float* kp = layer_k.data_ptr<float>();
-    float* vp = layer_v.data_ptr<float>();
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < kvh; ++j) {
-        const float* new_k = qkvp + r * qkv_width + q_width + j * hd;  // its value kv_width further on
-        const float* new_v = new_k + kv_width;
-        std::copy_n(new_k, hd, kp + r * layer_k.stride(0) + j * layer_k.stride(1) + start * layer_k.stride(2));
-        std::copy_n(new_v, hd, vp + r * layer_v.stride(0) + j * layer_v.stride(1) + start * layer_v.stride(2));
+  at::Tensor logits = at::empty({n, lm_head.size(0)}, options);
+
+  // Rows [r0, r1) through the whole step; `shared`: their runs of rows that read a prompt's slots
+  // from the run's first row (r0 starts a run).
+  // The caller's inference mode, which is the state of its own thread only: the other threads'
+  // tensors must be inference tensors too where they write into the caller's.
+  const bool inference = c10::InferenceMode::is_enabled();
+  auto step_rows = [&](int64_t r0, int64_t r1, int64_t shared) {
+    c10::InferenceMode same_mode(inference);
+    const int64_t m = r1 - r0;
+    at::Tensor x = at::empty({m, d}, options), y = at::empty({m, d}, options);
+    at::Tensor att = at::empty({m, q_width}, options), scores = at::empty({m * kvh, groups, end}, options);
+    float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    for (int64_t r = 0; r < m; ++r) std::copy_n(table + id[r0 + r] * d, d, xp + r * d);
+    for (int64_t i = 0; i < layers; ++i) {
+      const at::Tensor* w = &weights[6 * i];
+      rms_rows(xp, norms[2 * i].data_ptr<float>(), yp, m, d, feps);
+      at::Tensor qkv = linear_kept(y, w[1], qkv_bias.get(i), linear_kind, record, record_at, r0,
+                                   {{7 * i, q_width}, {7 * i + 1, kv_width}, {7 * i + 2, kv_width}});  // [m, qkv_width]
+      float* qkvp = qkv.data_ptr<float>();
+      rotate_rows(qkvp, m, qkv_width, h + kvh, hd, position + r0, cos.data_ptr<float>(), sin.data_ptr<float>(),
+                  cos.stride(0));
+      const at::Tensor layer_k = cache_k.select(0, i).narrow(0, r0, m), layer_v = cache_v.select(0, i).narrow(0, r0, m);
+      float* kp = layer_k.data_ptr<float>();
+      float* vp = layer_v.data_ptr<float>();
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < kvh; ++j) {
+          const float* new_k = qkvp + r * qkv_width + q_width + j * hd;  // its value kv_width further on
+          const float* new_v = new_k + kv_width;
+          std::copy_n(new_k, hd, kp + r * layer_k.stride(0) + j * layer_k.stride(1) + start * layer_k.stride(2));
+          std::copy_n(new_v, hd, vp + r * layer_v.stride(0) + j * layer_v.stride(1) + start * layer_v.stride(2));
+        }
+      const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
+      AttendArgs args = attend_args(qkvp, qkv_width, keys, values, mask.narrow(0, r0, m), att.data_ptr<float>(),
+                                    q_width, m, kvh, groups, scale);
+      args.rows_per_prompt = shared, args.prompt_slots = prompt_slots;
+      attend(args, scores);
+      const at::Tensor o = linear_kept(att, w[2], no_bias, linear_kind, record, record_at, r0, {{7 * i + 3, d}});
+      add_into(xp, o.data_ptr<float>(), m * d);
+      rms_rows(xp, norms[2 * i + 1].data_ptr<float>(), yp, m, d, feps);
+      const int64_t inner = w[4].size(0) / 2;
+      const at::Tensor gate_up = linear_kept(y, w[4], no_bias, linear_kind, record, record_at, r0,
+                                             {{7 * i + 4, inner}, {7 * i + 5, inner}});  // [m, 2 I]
+      at::Tensor act = at::empty({m, inner}, gate_up.options());
+      if (!silu_mul_rows(gate_up.data_ptr<float>(), m, inner, act.data_ptr<float>())) {
+        act = at::silu(gate_up.slice(1, 0, inner));
+        act.mul_(gate_up.slice(1, inner));
       }
-    const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
-    AttendArgs args = attend_args(qkvp, qkv_width, keys, values, mask, att.data_ptr<float>(), q_width, n, kvh,
-                                  groups, scale);
-    args.rows_per_prompt = rows_per_prompt, args.prompt_slots = prompt_slots;
-    attend(args, scores);
-    const at::Tensor o = linear_kept(att, w[2], no_bias, linear_kind, record, record_at, {{7 * i + 3, d}});
-    add_into(xp, o.data_ptr<float>(), n * d);
-    rms_rows(xp, w[3].contiguous().data_ptr<float>(), yp, n, d, feps);
-    const int64_t inner = w[4].size(0) / 2;
-    const at::Tensor gate_up = linear_kept(y, w[4], no_bias, linear_kind, record, record_at,
-                                           {{7 * i + 4, inner}, {7 * i + 5, inner}});  // [N, 2 I]
-    at::Tensor act = at::empty({n, inner}, gate_up.options());
-    if (!silu_mul_rows(gate_up.data_ptr<float>(), n, inner, act.data_ptr<float>())) {
-      act = at::silu(gate_up.slice(1, 0, inner));
-      act.mul_(gate_up.slice(1, inner));
+      const at::Tensor down = linear_kept(act, w[5], no_bias, linear_kind, record, record_at, r0, {{7 * i + 6, d}});
+      add_into(xp, down.data_ptr<float>(), m * d);
     }
-    const at::Tensor down = linear_kept(act, w[5], no_bias, linear_kind, record, record_at, {{7 * i + 6, d}});
-    add_into(xp, down.data_ptr<float>(), n * d);
+    rms_rows(xp, final_norm.data_ptr<float>(), yp, m, d, feps);
+    const at::Tensor part = linear(y, lm_head, no_bias, linear_kind).contiguous();  // [m, V]
+    std::copy_n(part.data_ptr<float>(), m * part.size(1), logits.data_ptr<float>() + r0 * part.size(1));
+    keep(record, 7 * layers, record_at, part.data_ptr<float>(), part.size(1), m, part.size(1), r0);
+    records_done(record);  // this thread's streaming stores
+  };
+
+  const int64_t threads = at::get_num_threads();
+  if (!split_rows || threads <= 1 || n % (kShareRows * threads) != 0 || at::in_parallel_region()) {
+    step_rows(0, n, rows_per_prompt);
+  } else {
+    // Whole runs of rows_per_prompt rows to a thread where they split evenly; else single rows, each
+    // reading its own copy of the prompt's slots (the same values).
+    const int64_t unit = (n / rows_per_prompt) % threads == 0 ? rows_per_prompt : 1;
+    const int64_t units = n / unit;
+    at::parallel_for(0, units, (units + threads - 1) / threads, [&](int64_t begin, int64_t stop) {
+      step_rows(begin * unit, stop * unit, unit);
+    });
   }
-  rms_rows(xp, norm.contiguous().data_ptr<float>(), yp, n, d, feps);
-  const at::Tensor logits = linear(y, lm_head, no_bias, linear_kind);  // [N, V]
-  keep(record, 7 * static_cast<int64_t>(qkv_bias.size()), record_at, logits, 0, logits.size(-1));
   records_done(record);
   return logits;
 }
@@ -852,7 +910,10 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
                        // in its caches (a prompt's, for its completions): the attention kernel
                        // reads them from the run's first row (AttendArgs). The ATen step reads
                        // each row's own copy: the same values.
-                       int64_t rows_per_prompt, int64_t prompt_slots) {
+                       int64_t rows_per_prompt, int64_t prompt_slots,
+                       // The rows split between the threads (fused_step), or each kernel's work
+                       // by its columns: the same bits.
+                       bool split_rows) {
   TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "decode_step takes one token per row");
   TORCH_CHECK(weights.size() == 6 * qkv_bias.size(), "decode_step: 6 weights per layer");
   TORCH_CHECK(rows_per_prompt >= 1 && ids.size(0) % rows_per_prompt == 0 && prompt_slots >= 0 &&
@@ -862,7 +923,8 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
   check_record(record, static_cast<int64_t>(qkv_bias.size()), ids.size(0), record_at);
   if (own_kernels && has_kernel(hd))
     return fused_step(ids, positions, cache_k, cache_v, start, mask, cos, sin, embed, norm, lm_head, weights,
-                      qkv_bias, h, kvh, hd, eps, linear_kind, record, record_at, rows_per_prompt, prompt_slots);
+                      qkv_bias, h, kvh, hd, eps, linear_kind, record, record_at, rows_per_prompt, prompt_slots,
+                      split_rows);
   const int64_t n = ids.size(0), s = 1, end = start + s;
   const std::optional<at::Tensor> no_bias;
   const double scale = std::pow(static_cast<double>(hd), -0.5);  // Python's hd**-0.5
@@ -914,7 +976,8 @@ TORCH_LIBRARY(axiom_rl, m) {
       "decode_step(Tensor ids, Tensor positions, Tensor(a!) cache_k, Tensor(b!) cache_v, int start, "
       "Tensor mask, Tensor cos, Tensor sin, Tensor embed, Tensor norm, Tensor lm_head, Tensor[] weights, "
       "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool own_kernels, "
-      "Tensor(c!)[] record, int record_at, int rows_per_prompt=1, int prompt_slots=0) -> Tensor");
+      "Tensor(c!)[] record, int record_at, int rows_per_prompt=1, int prompt_slots=0, bool split_rows=True) -> "
+      "Tensor");
   m.def("pack_panels(Tensor[] parts) -> Tensor");
   m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");
   m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all
