@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import io
 import json
+import math
 import os
 import random
 import shutil
@@ -1311,3 +1312,35 @@ def test_groups_share_their_prompt_pass_where_it_pays():
         assert not grpo.share_prompt_passes(batch)
     finally:
         grpo.SHARE_PROMPT_PASSES = None
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e9, math.inf, float("nan")])
+def test_gradient_clipping_is_torch_s_bit_for_bit_and_leaves_unclipped_gradients_alone(max_norm):
+    """clip_grad_norm (what every step clips with) gives clip_grad_norm_'s norm and gradients, bit
+    for bit, whether it clips or not; where it does not (the coefficient is 1 or more), no
+    gradient is written to at all (torch multiplies each by 1.0)."""
+    from axiom_rl.train.loss_scale import clip_grad_norm
+
+    model = build_tiny_model("nano")[0]
+    gen = torch.Generator().manual_seed(3)
+    grads = {n: torch.randn(p.shape, generator=gen) * 0.01 for n, p in model.named_parameters()}
+    grads["lm_head.weight"] = None  # a parameter without a gradient is left out
+    results = []
+    for clip in (torch.nn.utils.clip_grad_norm_, clip_grad_norm):
+        params = list(model.parameters())
+        for (name, p), g in zip(model.named_parameters(), grads.values()):
+            p.grad = None if g is None else g.clone()
+        versions = [p.grad._version for p in params if p.grad is not None]
+        norm = float(clip(params, max_norm))
+        written = [p.grad._version != v for p, v in zip([p for p in params if p.grad is not None], versions)]
+        results.append((norm, [None if p.grad is None else p.grad.clone() for p in params], written))
+    (torch_norm, torch_grads, _), (norm, ours, written) = results
+    assert norm == torch_norm or (math.isnan(norm) and math.isnan(torch_norm))
+    assert all(
+        (a is None and b is None) or torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+        for a, b in zip(torch_grads, ours)
+    )
+    clipped = not norm < max_norm  # NaN clips (to NaN), as torch does
+    assert all(written) if clipped else not any(written)
+    if max_norm == 0.05:
+        assert clipped and norm > max_norm

@@ -66,7 +66,7 @@ def clip_unscale_step(
     the scale learns from it. Returns the true gradient norm and whether the step was taken."""
     s = scale.value
     limit = max_norm * s if max_norm > 0 else math.inf  # the same clip, on gradients s times larger
-    norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) / s
+    norm = clip_grad_norm(params, limit) / s
     finite = math.isfinite(norm) and loss_finite
     if finite:
         if isinstance(optimizer, MasterWeightOptimizer):
@@ -78,3 +78,25 @@ def clip_unscale_step(
         optimizer.step()
     scale.update(finite)
     return norm, finite
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
+    """torch.nn.utils.clip_grad_norm_(params, max_norm) (the L2 norm), bit for bit; returns the
+    total norm. Where no gradient is clipped (the coefficient is 1 or more, and always when
+    max_norm is inf) it multiplies nothing: torch multiplies every gradient by 1.0, which changes
+    no bit and costs a pass over all of them. With every gradient on one device in one dtype it
+    also skips torch's grouping of the tensors by device and dtype, which is Python. At the step
+    benchmark's 3M parameters on 2 CPU cores, from memory the step left cold: 0.6 against 2.9 ms
+    unclipped, the same 2.8 ms clipped (docs/benchmarks.md). Other gradients go to torch's call."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    first = grads[0]
+    if any(g.device != first.device or g.dtype != first.dtype or g.is_sparse for g in grads):
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    # torch's arithmetic: the norm of the per-tensor norms, then max_norm / (total + 1e-6) clamped at 1
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    coefficient = max_norm / (total + 1e-6)
+    if not float(coefficient) >= 1.0:  # (a NaN norm multiplies, as torch's does)
+        torch._foreach_mul_(grads, torch.clamp(coefficient, max=1.0))
+    return float(total)
