@@ -474,6 +474,34 @@ def test_a_rollout_samples_the_same_tokens_with_the_cpp_and_the_python_step(line
     assert len({len(c) for c in with_cpp.completion_ids}) > 1  # rows stopped at different lengths
 
 
+@needs_compiler
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.3, 0.9), (0.0, 1.0)])
+def test_sampling_in_cpp_draws_the_python_loop_s_tokens(temperature, top_p):
+    """native.sample_next (the C++ step's loop) masks the logits, draws from the global generator
+    and picks the tokens as the Python loop's masking and fast._sample do, bit for bit, and writes
+    them into its column of the output."""
+    assert native.op() is not None
+    logits = torch.randn((64, 259), generator=torch.Generator().manual_seed(5)) * 3
+    logits[3] = float("-inf")
+    logits[3, 17] = 0.0  # a row with a single possible token but the two masked ones
+    pad, eos, n = 0, 1, logits.shape[0]
+    expected_logits, got_logits = logits.clone(), logits.clone()
+    expected_out, got_out = torch.full((n, 6), -1), torch.full((n, 6), -1)
+    torch.manual_seed(11)
+    expected_logits[:, pad] = float("-inf")
+    expected_logits[:, eos] = float("-inf")
+    expected = fast._sample(expected_logits, temperature, top_p)
+    expected_out[:, 4] = expected
+    after_python = torch.rand(3)  # the generator where the Python loop leaves it
+    torch.manual_seed(11)
+    got = native.sample_next(got_logits, pad, eos, temperature, top_p, got_out, 4)
+    assert torch.equal(got, expected) and torch.equal(got_out, expected_out)
+    assert torch.equal(got_logits, expected_logits)  # masked in place, as the loop masks its logits
+    assert torch.equal(torch.rand(3), after_python)  # the same draws, no more
+    assert int(got[3]) == 17 and not bool(((got == pad) | (got == eos)).any())
+    assert len(set(got.tolist())) > (1 if temperature == 0 else 10)  # (not one token for every row)
+
+
 def test_models_it_does_not_compute_keep_the_python_step():
     """float64 (the tests' exactness checks) and Qwen3's per-head norms stay in Python."""
     model, _ = model64(seed=0)  # float64

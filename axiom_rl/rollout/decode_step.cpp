@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -968,6 +969,48 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
   return logits;
 }
 
+// ------------------------------------------------------------------ sampling the next token
+//
+// The decode loop's work on a step's logits before the next step (fast.py's generate and _sample):
+// padding (and, while the length is forced, EOS) made impossible, one token a row drawn by
+// inverse-CDF sampling with the global generator, and written into column `column` of `out`.
+// The same ATen calls in the same order, so the same bits and the same draws, without Python's
+// cost around each of its dozen calls a token (about 40 of a rollout's 64 tokens' 74 us
+// between steps, at the step benchmark's full configuration; docs/benchmarks.md).
+at::Tensor sample_next(at::Tensor logits,  // [N, V], masked in place
+                       int64_t pad,        // a token never to sample, or -1
+                       int64_t blocked,    // another (EOS while the length is forced), or -1
+                       double temperature, double top_p, at::Tensor out, int64_t column) {
+  TORCH_CHECK(logits.dim() == 2 && out.dim() == 2 && out.size(0) == logits.size(0) && column >= 0 &&
+                  column < out.size(1),
+              "sample_next: logits [N, V] and out [N, T] with the column in it");
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  for (const int64_t token : {pad, blocked})
+    if (token >= 0) {
+      TORCH_CHECK(token < logits.size(1), "sample_next: token ", token, " past the vocabulary");
+      logits.select(1, token).fill_(minus_inf);
+    }
+  at::Tensor tokens;
+  if (temperature <= 0) {
+    tokens = logits.argmax(-1);
+  } else {
+    const at::Tensor scores = logits.to(at::kFloat);
+    at::Tensor probs = at::softmax(temperature == 1.0 ? scores : scores / temperature, -1);  // x / 1 == x
+    if (top_p < 1.0) {  // keep the smallest prefix reaching top_p
+      auto [sorted_p, order] = probs.sort(-1, /*descending=*/true);
+      const at::Tensor drop = (sorted_p.cumsum(-1) - sorted_p) > top_p;
+      probs = at::zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0));
+    }
+    const at::Tensor cdf = probs.cumsum(-1);
+    const int64_t vocab = probs.size(-1);
+    const at::Tensor u = at::rand({probs.size(0), 1}, at::TensorOptions().device(probs.device())) *
+                         cdf.slice(1, vocab - 1, vocab);
+    tokens = at::searchsorted(cdf, u).squeeze(-1).clamp_(std::nullopt, vocab - 1);
+  }
+  out.select(1, column).copy_(tokens);
+  return tokens;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(axiom_rl, m) {
@@ -980,7 +1023,10 @@ TORCH_LIBRARY(axiom_rl, m) {
       "Tensor");
   m.def("pack_panels(Tensor[] parts) -> Tensor");
   m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");
-  m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all
+  m.def("panel_kernel() -> bool", &panel_kernel);
+  m.def(
+      "sample_next(Tensor(a!) logits, int pad, int blocked, float temperature, float top_p, Tensor(b!) out, "
+      "int column) -> Tensor");  // no tensor argument to dispatch on: one for all
 }
 
 // For every backend: oneDNN's packed weights are tensors of their own kind (MkldnnCPU).
@@ -989,4 +1035,5 @@ TORCH_LIBRARY_IMPL(axiom_rl, CompositeExplicitAutograd, m) {
   m.impl("attend_one_token", attend_one_token);
   m.impl("pack_panels", pack_panels);
   m.impl("linear_panels", linear_panels);
+  m.impl("sample_next", sample_next);
 }

@@ -10,7 +10,8 @@ CPU. This loop runs the same arithmetic with nothing else:
 - one pre-allocated KV cache [layers, rows, kv heads, prompt + completion, head dim]; attention
   reads a view of its filled part, with a mask for the left padding;
 - rotary tables computed once; q/k/v and gate/up projections fused into one matmul each;
-- sampling (temperature, top-p) on the device with the global torch RNG, so seeds decide it;
+- sampling (temperature, top-p) on the device with the global torch RNG, so seeds decide it
+  (beside the C++ step, the same calls made from C++: native.sample_next);
 - LoRA adapters are folded into temporary effective weights for the rollout (W + scale * B A),
   so an adapted model decodes as fast as a plain one;
 - in float32 on a CPU the weights are packed once per rollout: for the C++ step's own linear
@@ -582,16 +583,21 @@ class FastBackend:
         eager_step = native_step or functools.partial(_forward, w)
         record = self._record(w, n, max_new_tokens - 1) if native_step is not None else None
         record_tensors = record.flat() if record is not None else []
+        never = pad if pad is not None and pad != eos else None  # padding is never a token to generate
         steps = 0
         for t in range(max_new_tokens):
-            if pad is not None and pad != eos:
-                logits[:, pad] = float("-inf")  # padding is never a token to generate
-            if t < self.min_new_tokens and eos is not None:
-                logits[:, eos] = float("-inf")  # forced length: EOS cannot be sampled yet
-            tokens = _sample(logits, temperature, top_p)  # [N]
+            blocked = eos if t < self.min_new_tokens else None  # forced length: EOS cannot be sampled yet
+            if native_step is not None:  # the same calls in C++, writing out[:, t] too
+                tokens = native.sample_next(logits, never, blocked, temperature, top_p, out, t)
+            else:
+                for token in (never, blocked):
+                    if token is not None:
+                        logits[:, token] = float("-inf")
+                tokens = _sample(logits, temperature, top_p)  # [N]
+                out[:, t] = tokens
             if t > self.min_new_tokens:  # no row is done before then
                 tokens = torch.where(done, torch.full_like(tokens, pad), tokens)
-            out[:, t] = tokens
+                out[:, t] = tokens
             steps = t + 1
             if t >= self.min_new_tokens:
                 done |= tokens == eos

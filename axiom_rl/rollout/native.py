@@ -226,6 +226,30 @@ def linear_panels(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.axiom_rl.linear_panels(x, packed, bias)
 
 
+def sample_next(
+    logits: torch.Tensor,
+    never: int | None,
+    blocked: int | None,
+    temperature: float,
+    top_p: float,
+    out: torch.Tensor,
+    column: int,
+) -> torch.Tensor:
+    """fast._sample's tokens [N] from `logits` [N, V] once `never` and `blocked` (token ids, or
+    None) are made impossible in it, also written into out[:, column]: decode_step.cpp's
+    sample_next, the same ATen calls made from C++ (the same bits and the same draws), for the
+    loop around the C++ step."""
+    return torch.ops.axiom_rl.sample_next(
+        logits,
+        -1 if never is None else never,
+        -1 if blocked is None else blocked,
+        temperature,
+        top_p,
+        out,
+        column,
+    )
+
+
 def pack_panels(*parts: torch.Tensor) -> torch.Tensor:
     """The weight `parts` stack into ([N_1 + N_2 + ..., K], as torch.cat stacks them: a fused
     q/k/v weight from the three), laid out for `linear_panels`: a tensor of that shape whose values
