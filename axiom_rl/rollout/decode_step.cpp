@@ -763,8 +763,9 @@ at::Tensor linear_kept(const at::Tensor& x, const at::Tensor& w, const std::opti
 // one: the panel kernel's tiles of rows are 8, 4, 2 and 1 rows, and a share of 2 or 3 rows (or of 5
 // or 6) streams the whole model's weights past tiles too small to use them well. Measured
 // (docs/benchmarks.md, stop 48), rollouts of 64 tokens at 4 x 4 rows took 0.92x the time of the
-// split by columns, 0.78x at 3 x 8, 0.95x at 1 x 8; at 1 x 4, 1 x 6, 1 x 10 and 3 x 4 rows
-// (shares of 2, 3, 5 and 6) 1.01-1.18x: those split by columns.
+// split by columns, 0.78x at 3 x 8, 0.95x at 1 x 8, and 256 tokens at 8 x 8 rows 0.82x; at 1 x 2,
+// 1 x 4, 1 x 6, 1 x 10 and 3 x 4 rows (shares of 1, 2, 3, 5 and 6) 1.01-1.19x: those split by
+// columns.
 constexpr int64_t kShareRows = 4;
 
 // The decode step with its own kernels (`own_kernels`, for the head sizes kernel_for covers): the
