@@ -190,7 +190,9 @@ def test_the_step_splits_its_rows_between_the_threads_with_the_same_bits(n, rows
             positions = (positions - torch.arange(n).view(n, 1)).clamp(min=0)  # rows of other lengths
             prompt_slots = 3
             for cache in (cache_k, cache_v):  # each prompt's slots copied to its rows
-                view = cache.view(len(w.layers), n // rows_per_prompt, rows_per_prompt, w.kv_heads, slot + 1, -1)
+                view = cache.view(
+                    len(w.layers), n // rows_per_prompt, rows_per_prompt, w.kv_heads, slot + 1, -1
+                )
                 view[:, :, 1:, :, :prompt_slots] = view[:, :, :1, :, :prompt_slots]
             q, kv = w.heads * w.head_dim, w.kv_heads * w.head_dim
             widths = replay.record_widths(q, kv, w.embed.shape[1], w.intermediate)

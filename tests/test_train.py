@@ -1328,7 +1328,7 @@ def test_gradient_clipping_is_torch_s_bit_for_bit_and_leaves_unclipped_gradients
     results = []
     for clip in (torch.nn.utils.clip_grad_norm_, clip_grad_norm):
         params = list(model.parameters())
-        for (name, p), g in zip(model.named_parameters(), grads.values()):
+        for p, g in zip(model.parameters(), grads.values()):
             p.grad = None if g is None else g.clone()
         versions = [p.grad._version for p in params if p.grad is not None]
         norm = float(clip(params, max_norm))
