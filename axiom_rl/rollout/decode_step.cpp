@@ -879,7 +879,10 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   };
 
   const int64_t threads = at::get_num_threads();
-  if (!split_rows || threads <= 1 || n % (kShareRows * threads) != 0 || at::in_parallel_region()) {
+  // Only with the panel kernel, whose sums do not depend on the rows it is given; oneDNN and MKL
+  // may pick other kernels, summing in another order, for fewer rows.
+  if (!split_rows || linear_kind != kPanels || threads <= 1 || n % (kShareRows * threads) != 0 ||
+      at::in_parallel_region()) {
     step_rows(0, n, rows_per_prompt);
   } else {
     // Whole runs of rows_per_prompt rows to a thread where they split evenly; else single rows, each

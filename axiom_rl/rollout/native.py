@@ -10,10 +10,11 @@ plain loops. They compute the same products, some summed in another order, so th
 with the Python step's to float32 rounding (about 1e-7 relative), and a sampled token differs
 only where a uniform draw falls that close to the edge between two tokens. With `OWN_KERNELS`
 off it makes the same ATen calls as fast._forward, in the same order, and computes the same
-bits. With them, where the rows split into shares of four for each thread (16 rows on 2 cores),
-each thread takes its share through the whole step (`SPLIT_ROWS`) rather than every kernel
-splitting its own work by columns: one wake-up of the other thread a step instead of some 40, and
-the element-wise work between the kernels split too. The same bits either way.
+bits. With them and its own linear kernel, where the rows split into shares of four for each
+thread (16 rows on 2 cores), each thread takes its share through the whole step (`SPLIT_ROWS`)
+rather than every kernel splitting its own work by columns: one wake-up of the other thread a
+step instead of some 40, and the element-wise work between the kernels split too. The same bits
+either way.
 
 The same library holds the rollout's float32 linear layers where the CPU has AVX2 and FMA
 (`MATMUL_KERNEL`), whichever library runs the training passes' (oneDNN on x86 CPUs not Intel's,
@@ -83,9 +84,10 @@ OWN_KERNELS = True
 # oneDNN's, as in training; the tests compare both, and the step benchmark's onednn-linear ablation).
 MATMUL_KERNEL = True
 # The step's rows split between the threads, each taking its share through the whole step, where
-# the rows split into shares the kernels use well (decode_step.cpp's fused_step); False: every
-# kernel splits its own work by columns, as it does for the other row counts. The same bits either
-# way (the step benchmark's column-split-decode ablation).
+# the rows split into shares the kernels use well and the step's own linear kernel runs
+# (decode_step.cpp's fused_step); False: every kernel splits its own work by columns, as it does
+# for the other row counts. The same bits either way (the step benchmark's column-split-decode
+# ablation).
 SPLIT_ROWS = True
 _lock = threading.Lock()
 
