@@ -782,8 +782,9 @@ constexpr int64_t kShareRows = 4;
 // output over k in order whatever its tile of rows; attention, RMSNorm and the rest work a row at a
 // time), so the bits do not depend on the split or the number of threads. Each thread reads the
 // whole model's weights, from the L3 cache where they fit; a share is whole runs of
-// `rows_per_prompt` rows where there are enough runs, so a prompt's cached keys and values are
-// still read once for its rows.
+// `rows_per_prompt` rows where the runs split evenly between the threads, so a prompt's cached
+// keys and values are still read once for its rows. Only with the panel kernel (kPanels): see
+// the split below.
 at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, const at::Tensor& cache_k,
                       const at::Tensor& cache_v, int64_t start, const at::Tensor& mask_in, const at::Tensor& cos_in,
                       const at::Tensor& sin_in, const at::Tensor& embed, const at::Tensor& norm,
@@ -821,11 +822,11 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   const double scale = std::pow(static_cast<double>(hd), -0.5);
   at::Tensor logits = at::empty({n, lm_head.size(0)}, options);
 
-  // Rows [r0, r1) through the whole step; `shared`: their runs of rows that read a prompt's slots
-  // from the run's first row (r0 starts a run).
   // The caller's inference mode, which is the state of its own thread only: the other threads'
   // tensors must be inference tensors too where they write into the caller's.
   const bool inference = c10::InferenceMode::is_enabled();
+  // Rows [r0, r1) through the whole step; `shared`: their runs of rows that read a prompt's slots
+  // from the run's first row (r0 starts a run).
   auto step_rows = [&](int64_t r0, int64_t r1, int64_t shared) {
     c10::InferenceMode same_mode(inference);
     const int64_t m = r1 - r0;
@@ -979,8 +980,8 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
 // padding (and, while the length is forced, EOS) made impossible, one token a row drawn by
 // inverse-CDF sampling with the global generator, and written into column `column` of `out`.
 // The same ATen calls in the same order, so the same bits and the same draws, without Python's
-// cost around each of its dozen calls a token (about 40 of a rollout's 64 tokens' 74 us
-// between steps, at the step benchmark's full configuration; docs/benchmarks.md).
+// cost around each of its dozen calls a token: at the step benchmark's full configuration the
+// time between a rollout's steps went from 74 to 52 us (docs/benchmarks.md).
 at::Tensor sample_next(at::Tensor logits,  // [N, V], masked in place
                        int64_t pad,        // a token never to sample, or -1
                        int64_t blocked,    // another (EOS while the length is forced), or -1
@@ -1027,10 +1028,10 @@ TORCH_LIBRARY(axiom_rl, m) {
       "Tensor");
   m.def("pack_panels(Tensor[] parts) -> Tensor");
   m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");
-  m.def("panel_kernel() -> bool", &panel_kernel);
+  m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all
   m.def(
       "sample_next(Tensor(a!) logits, int pad, int blocked, float temperature, float top_p, Tensor(b!) out, "
-      "int column) -> Tensor");  // no tensor argument to dispatch on: one for all
+      "int column) -> Tensor");
 }
 
 // For every backend: oneDNN's packed weights are tensors of their own kind (MkldnnCPU).
