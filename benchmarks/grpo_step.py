@@ -515,6 +515,27 @@ def fastest(measured: list[Machine]) -> Machine:
     return Machine(rates, max(widths) if widths else None, bound)
 
 
+# Below this ratio of slowest to fastest matmul measurement in one invocation, the run says that
+# the host was busy: on the project's shared 2-core VMs a quiet run's measurements agree within
+# about 10% (199-215 GFLOP/s), a busy one's differed twofold (111-216).
+BUSY_HOST_RATIO = 0.85
+
+
+def busy_host_note(seen: list[float]) -> str | None:
+    """A warning line when an invocation's matmul measurements (FLOP/s, one per measurement)
+    disagree by more than BUSY_HOST_RATIO: something else was using the cores, so every side's step
+    times read slow, and their multiples of the floor (the best measurement) read high. None when
+    they agree."""
+    if len(seen) < 2 or min(seen) >= BUSY_HOST_RATIO * max(seen):
+        return None
+    return (
+        f"   note: the matmul rate varied {min(seen) / 1e9:.0f}-{max(seen) / 1e9:.0f} GFLOP/s between measurements: "
+        "the host was busy during this run, so step times read slower and multiples of the floor higher "
+        "than on a quiet host (the ratios between the sides, measured alternately, less so); run it again "
+        "for the floor's figures"
+    )
+
+
 # ------------------------------------------------------------------------------ the two sides
 
 
@@ -804,6 +825,9 @@ def main() -> None:
             f" matmul GFLOP/s by library: {libraries}; the best of {len(measured)} measurements, before the first"
             f" round and after each, which gave {min(seen) / 1e9:.0f}-{max(seen) / 1e9:.0f})"
         )
+        note = busy_host_note(seen)
+        if note:
+            print(note)
         matmuls_s = sum(bound.values())
         print(
             f"   matmuls alone at this step's shapes, each with the faster library: {matmuls_s * 1e3:.0f} ms/step"

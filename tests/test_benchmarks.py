@@ -90,6 +90,18 @@ def test_the_floor_takes_the_best_of_the_run_s_measurements(grpo_step):
     assert gpu.bandwidth == 3e12 and gpu.rates == {"torch": 2.0}
 
 
+def test_a_run_says_when_its_matmul_measurements_disagree(grpo_step):
+    """Measurements within 15% of each other are a quiet host; a twofold spread (as a busy host gave)
+    gets a warning that names the spread."""
+    assert grpo_step.busy_host_note([2.16e11, 1.99e11, 2.10e11]) is None
+    assert grpo_step.busy_host_note([2.16e11]) is None
+    note = grpo_step.busy_host_note([2.16e11, 1.11e11, 2.05e11])
+    assert note is not None and "111-216 GFLOP/s" in note and "busy" in note
+    edge = 1e11 * grpo_step.BUSY_HOST_RATIO
+    assert grpo_step.busy_host_note([1e11, edge]) is None
+    assert grpo_step.busy_host_note([1e11, edge * 0.99]) is not None
+
+
 def test_training_passes_count_each_prompt_once_per_group(grpo_step):
     """16 rows as 4 prompts x G=4 need less training-pass work than 16 prompts x G=1: the same
     completions, but a quarter of the prompt tokens (each group's prompt runs once)."""
