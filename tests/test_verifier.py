@@ -139,7 +139,8 @@ def test_humaneval_canonical_solutions_all_pass_and_stubs_fail(sandbox):
     problems = import_humaneval(HUMANEVAL)
     assert len(problems) == 164
     verdicts = verify_many(problems, [p.reference_solution for p in problems], sandbox)
-    assert Counter(v.status for v in verdicts) == {PASSED: 164}
+    failed = [(p.id, v.status, v.detail) for p, v in zip(problems, verdicts) if v.status != PASSED]
+    assert Counter(v.status for v in verdicts) == {PASSED: 164}, failed
     # The same bodies as a model would send them: a fenced full function, and a bare continuation.
     fenced = [f"```python\n{p.reference_solution}```" for p in problems[:20]]
     assert all(v.ok for v in verify_many(problems[:20], fenced, sandbox))
