@@ -101,9 +101,26 @@ def code_fingerprint(package: Path = Path(__file__).parent) -> str:
     return digest.hexdigest()[:12]
 
 
-def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any]) -> tuple[Path, bool, float]:
-    """The SFT'd base for these settings and this code: (final_model dir, came from cache, seconds
-    spent)."""
+@dataclass
+class SFTBase:
+    """The SFT'd base a quickstart run starts GRPO from."""
+
+    path: Path  # its final_model directory
+    cached: bool  # taken from the cache, not trained by this run
+    seconds: float  # spent training it in this run (0 when cached)
+    steps: int  # SFT steps it had: the settings' steps unless the time budget stopped it first
+
+
+def _sft_steps_done(final: Path) -> int:
+    from .models.load import read_model_card
+
+    return int(read_model_card(str(final)).get("sft_steps", 0))
+
+
+def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any], short_dir: Path) -> SFTBase:
+    """The SFT'd base for these settings and this code. Only a base that ran all its steps enters
+    the cache: one the time budget stopped early (a slow or busy machine) serves this run from
+    `short_dir` and is not kept, or every later run would start from the weaker model."""
     from .train.sft import SFTConfig, sft
 
     settings = sft_settings(cfg)
@@ -112,7 +129,9 @@ def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any]) -> tuple
     home = Path(cfg.cache_dir) / f"sft-{key}"
     final = home / "final_model"
     if (final / "model.safetensors").exists() and (final / "axiom_rl.json").exists():
-        return final, True, 0.0
+        if _sft_steps_done(final) == settings["steps"]:
+            return SFTBase(final, True, 0.0, settings["steps"])
+        shutil.rmtree(home)  # stopped short by an earlier version, which cached it anyway
     work = Path(cfg.cache_dir) / f".sft-{key}-{int(time.time())}"
     start = time.perf_counter()
     with phase("SFT warm-up") as progress:
@@ -124,10 +143,16 @@ def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any]) -> tuple
             say=lambda m: None,
         )
         shutil.rmtree(work / "checkpoints", ignore_errors=True)
+    seconds = time.perf_counter() - start
+    steps = _sft_steps_done(work / "final_model")
+    if steps < settings["steps"]:
+        short_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(work, short_dir)  # the cache and the runs may be on other file systems
+        return SFTBase(short_dir / "final_model", False, seconds, steps)
     if home.exists():
         shutil.rmtree(home)
     work.rename(home)  # only a finished SFT run ever becomes the cache entry
-    return final, False, time.perf_counter() - start
+    return SFTBase(final, False, seconds, steps)
 
 
 def evaluate_both(
@@ -171,8 +196,15 @@ def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str
     (run_dir / "quickstart.json").write_text(json.dumps(asdict(cfg), indent=1) + "\n")
     db = run_dir / "results.db"
 
-    base, cached, sft_seconds = cached_sft_base(cfg, phase)
-    console.print(f"SFT'd base: {base}" + (" (cached)" if cached else f" ({sft_seconds:.0f}s)"))
+    sft_base = cached_sft_base(cfg, phase, run_dir / "sft")
+    base, sft_seconds = sft_base.path, sft_base.seconds
+    console.print(f"SFT'd base: {base}" + (" (cached)" if sft_base.cached else f" ({sft_seconds:.0f}s)"))
+    if sft_base.steps < cfg.sft_steps:
+        console.print(
+            f"SFT stopped by its time budget ({cfg.max_seconds * 0.3:.0f}s) at step {sft_base.steps} of"
+            f" {cfg.sft_steps}: a slow or busy machine. This run goes on from it; it is not cached, so"
+            " the next run trains it again."
+        )
     before = evaluate_both(base, "sft", cfg, db, phase)
 
     grpo_start = time.perf_counter()
@@ -220,8 +252,7 @@ def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str
         after,
         control,
         result.metrics,
-        sft_seconds,
-        cached,
+        sft_base,
         grpo_seconds,
         time.perf_counter() - started,
     )

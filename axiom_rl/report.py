@@ -206,14 +206,19 @@ def goal_verdicts(before: Any, after: Any, control: Any, difficulty: int) -> lis
 
 def write_report(
     run_dir: Path, cfg: Any, before: Any, after: Any, control: Any, metrics: list[dict[str, Any]],
-    sft_seconds: float, sft_cached: bool, grpo_seconds: float, total_seconds: float,
+    sft_base: Any, grpo_seconds: float, total_seconds: float,
 ) -> None:  # fmt: skip
     difficulties = [cfg.difficulty, cfg.untrained_difficulty]
     if metrics:
         plot_training(metrics, run_dir / "training.png")
     plot_accuracy(before, after, control, difficulties, run_dir / "accuracy.png")
     n = cfg.eval_count
-    sft_line = "cached from an earlier run" if sft_cached else f"{sft_seconds:.0f}s"
+    sft_line = "cached from an earlier run" if sft_base.cached else f"{sft_base.seconds:.0f}s"
+    sft_steps = (
+        f"{sft_base.steps} steps"
+        if sft_base.steps >= cfg.sft_steps
+        else f"{sft_base.steps} of {cfg.sft_steps} steps (stopped by its time budget)"
+    )
     text = f"""# axiom-rl quickstart
 
 The built-in tiny model ({cfg.tiny_size}) learns Countdown: SFT on reference solutions, then GRPO.
@@ -224,7 +229,7 @@ Difficulty {cfg.untrained_difficulty} was never trained on: it is the forgetting
 {_md_table(before, after, control, cfg)}
 
 {chr(10).join(f"- {line}" for line in goal_verdicts(before, after, control, cfg.difficulty))}
-- SFT warm-up: {cfg.sft_steps} steps ({sft_line}); GRPO: {len(metrics)} steps ({grpo_seconds:.0f}s); whole run {total_seconds:.0f}s.
+- SFT warm-up: {sft_steps} ({sft_line}); GRPO: {len(metrics)} steps ({grpo_seconds:.0f}s); whole run {total_seconds:.0f}s.
 - Seed {cfg.seed}. Settings: `quickstart.json`; GRPO run: `grpo/` (config.json, metrics.jsonl, samples.jsonl);
   every attempt: `results.db` (`axiom-rl eval compare sft-greedy grpo-greedy --db {run_dir / "results.db"}`).
 {"- Control: the same extra wall time as GRPO spent on more SFT, from the same base (`more-sft/`)." if control else "- Run with `--control` to also spend GRPO's wall time on more SFT instead (the control)."}

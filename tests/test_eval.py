@@ -758,6 +758,46 @@ def test_sft_ctrl_c_writes_a_checkpoint_and_resumes(tmp_path, capsys):
 # ---------------------------------------------------------------------------------- quickstart
 
 
+def test_an_sft_base_the_time_budget_cut_short_is_used_but_not_cached(tmp_path):
+    """A slow or busy machine stops the quickstart's SFT at its time budget: that base serves the run
+    from the run's own directory, and the cache is left empty, so the next run trains it again and
+    does not start from the weaker model forever. A short base an earlier version cached is
+    dropped, and a complete one is reused."""
+    import contextlib
+
+    from axiom_rl.quickstart import QuickstartConfig, cached_sft_base
+
+    @contextlib.contextmanager
+    def phase(name):
+        yield lambda done, total, row: None
+
+    cache = tmp_path / "cache"
+    # 0.3 x 1 s for SFT: far fewer than a million steps
+    short_cfg = QuickstartConfig(tiny_size="nano", sft_steps=10**6, max_seconds=1.0, cache_dir=str(cache))
+    short = cached_sft_base(short_cfg, phase, tmp_path / "run1" / "sft")
+    assert 0 < short.steps < 10**6 and not short.cached and short.seconds > 0
+    assert (
+        short.path == tmp_path / "run1" / "sft" / "final_model"
+        and (short.path / "model.safetensors").exists()
+    )
+    assert not list(cache.glob("sft-*")) and not list(cache.glob(".sft-*"))
+    again = cached_sft_base(short_cfg, phase, tmp_path / "run2" / "sft")
+    assert not again.cached and again.path.parent == tmp_path / "run2" / "sft"
+
+    full_cfg = QuickstartConfig(tiny_size="nano", sft_steps=3, max_seconds=600.0, cache_dir=str(cache))
+    first = cached_sft_base(full_cfg, phase, tmp_path / "run3" / "sft")
+    assert (first.steps, first.cached) == (3, False) and first.path.parent.parent == cache
+    assert not (tmp_path / "run3").exists()
+    second = cached_sft_base(full_cfg, phase, tmp_path / "run4" / "sft")
+    assert (second.path, second.steps, second.cached, second.seconds) == (first.path, 3, True, 0.0)
+    # an entry left short by an earlier version (its card says fewer steps) is trained again
+    card = first.path / "axiom_rl.json"
+    card.write_text(json.dumps(dict(json.loads(card.read_text()), sft_steps=2)))
+    third = cached_sft_base(full_cfg, phase, tmp_path / "run5" / "sft")
+    assert (third.steps, third.cached) == (3, False) and third.path == first.path
+    assert json.loads(card.read_text())["sft_steps"] == 3
+
+
 @pytest.mark.slow
 def test_quickstart_pipeline_end_to_end(tmp_path):
     from rich.console import Console
