@@ -67,6 +67,7 @@ class QuickstartConfig:
 
 
 MAX_TOKENS = 24  # a compact Countdown answer is ~16 tokens
+SFT_SHARE = 0.3  # of max_seconds, the most the SFT warm-up may take; GRPO gets what it leaves
 
 
 def sft_settings(cfg: QuickstartConfig) -> dict[str, Any]:
@@ -108,7 +109,13 @@ class SFTBase:
     path: Path  # its final_model directory
     cached: bool  # taken from the cache, not trained by this run
     seconds: float  # spent training it in this run (0 when cached)
-    steps: int  # SFT steps it had: the settings' steps unless the time budget stopped it first
+    steps: int  # SFT steps it had: `wanted` unless the time budget stopped it first
+    wanted: int  # the SFT steps its settings asked for
+
+    @property
+    def short(self) -> bool:
+        """Whether the time budget stopped its SFT before all its steps."""
+        return self.steps < self.wanted
 
 
 def _sft_steps_done(final: Path) -> int:
@@ -130,29 +137,32 @@ def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any], short_di
     final = home / "final_model"
     if (final / "model.safetensors").exists() and (final / "axiom_rl.json").exists():
         if _sft_steps_done(final) == settings["steps"]:
-            return SFTBase(final, True, 0.0, settings["steps"])
+            return SFTBase(final, True, 0.0, settings["steps"], settings["steps"])
         shutil.rmtree(home)  # stopped short by an earlier version, which cached it anyway
     work = Path(cfg.cache_dir) / f".sft-{key}-{int(time.time())}"
     start = time.perf_counter()
     with phase("SFT warm-up") as progress:
         sft(
             # save_every=0: the cache keeps the model; its one checkpoint (at the end) is not kept
-            SFTConfig(**settings, output_dir=str(work), max_seconds=cfg.max_seconds * 0.3, save_every=0),
+            SFTConfig(
+                **settings, output_dir=str(work), max_seconds=cfg.max_seconds * SFT_SHARE, save_every=0
+            ),
             progress=progress,
             # Quiet: its fixed warm-up of 50 steps outlasts a short --sft-steps, not the user's to set.
             say=lambda m: None,
         )
         shutil.rmtree(work / "checkpoints", ignore_errors=True)
     seconds = time.perf_counter() - start
-    steps = _sft_steps_done(work / "final_model")
-    if steps < settings["steps"]:
+    trained = SFTBase(final, False, seconds, _sft_steps_done(work / "final_model"), settings["steps"])
+    if trained.short:
         short_dir.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(work, short_dir)  # the cache and the runs may be on other file systems
-        return SFTBase(short_dir / "final_model", False, seconds, steps)
+        trained.path = short_dir / "final_model"
+        return trained
     if home.exists():
         shutil.rmtree(home)
     work.rename(home)  # only a finished SFT run ever becomes the cache entry
-    return SFTBase(final, False, seconds, steps)
+    return trained
 
 
 def evaluate_both(
@@ -199,10 +209,10 @@ def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str
     sft_base = cached_sft_base(cfg, phase, run_dir / "sft")
     base, sft_seconds = sft_base.path, sft_base.seconds
     console.print(f"SFT'd base: {base}" + (" (cached)" if sft_base.cached else f" ({sft_seconds:.0f}s)"))
-    if sft_base.steps < cfg.sft_steps:
+    if sft_base.short:
         console.print(
-            f"SFT stopped by its time budget ({cfg.max_seconds * 0.3:.0f}s) at step {sft_base.steps} of"
-            f" {cfg.sft_steps}: a slow or busy machine. This run goes on from it; it is not cached, so"
+            f"SFT stopped by its time budget ({cfg.max_seconds * SFT_SHARE:.0f}s) at step {sft_base.steps} of"
+            f" {sft_base.wanted}: a slow or busy machine. This run goes on from it; it is not cached, so"
             " the next run trains it again."
         )
     before = evaluate_both(base, "sft", cfg, db, phase)

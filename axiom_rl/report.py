@@ -215,9 +215,9 @@ def write_report(
     n = cfg.eval_count
     sft_line = "cached from an earlier run" if sft_base.cached else f"{sft_base.seconds:.0f}s"
     sft_steps = (
-        f"{sft_base.steps} steps"
-        if sft_base.steps >= cfg.sft_steps
-        else f"{sft_base.steps} of {cfg.sft_steps} steps (stopped by its time budget)"
+        f"{sft_base.steps} of {sft_base.wanted} steps (stopped by its time budget)"
+        if sft_base.short
+        else f"{sft_base.steps} steps"
     )
     text = f"""# axiom-rl quickstart
 
