@@ -8,7 +8,14 @@ import math
 import pytest
 import torch
 
-from axiom_rl.algorithms import ADVANTAGES, LOSSES, KalmanBaseline, compute_advantages, policy_loss
+from axiom_rl.algorithms import (
+    ADVANTAGES,
+    LOSSES,
+    KalmanBaseline,
+    compute_advantages,
+    policy_loss,
+    regroupable,
+)
 from axiom_rl.algorithms.aggregate import AGGREGATIONS
 from axiom_rl.algorithms.kl import KL_ESTIMATORS
 from axiom_rl.errors import UserError
@@ -377,6 +384,45 @@ def test_loss_errors_are_clear():
         policy_loss(lp, lp, None, torch.zeros(1), torch.ones(1, 1), loss_type="nope", beta=0.0)
     with pytest.raises(UserError, match="does not take"):
         policy_loss(lp, lp, None, torch.zeros(1), torch.ones(1, 1), beta=0.0, epsilon=0.3)
+
+
+@pytest.mark.parametrize("loss_type", sorted(LOSSES))
+def test_a_regroupable_loss_sums_alike_however_the_rows_are_grouped(loss_type):
+    # The trainer puts rows of similar lengths into the same micro-batch only for these losses
+    # (train/batch.py: length bucketing); for the others, which rows share a micro-batch changes
+    # the sum, at their default settings (bnpo's local token count, hybrid's local longest row).
+    g = torch.Generator().manual_seed(8)
+    n, t = 8, 6
+    lp = torch.randn(n, t, generator=g) - 1
+    old, ref = lp + 0.1 * torch.randn(n, t, generator=g), lp + 0.1 * torch.randn(n, t, generator=g)
+    adv = torch.randn(n, generator=g)
+    lengths = torch.tensor([6, 1, 4, 2, 6, 3, 1, 5])
+    mask = (torch.arange(t) < lengths[:, None]).float()
+    common = {"loss_type": loss_type, "max_completion_length": t, "num_items": mask.sum(), "num_sequences": n}
+
+    def summed(groups):
+        return sum(
+            policy_loss(lp[i], old[i], ref[i], adv[i], mask[i], **common)[0].item()
+            for i in (torch.tensor(rows) for rows in groups)
+        )
+
+    in_order = summed([[0, 1], [2, 3], [4, 5], [6, 7]])
+    by_length = summed([[0, 4], [7, 2], [5, 3], [1, 6]])
+    if regroupable(loss_type):
+        assert by_length == pytest.approx(in_order, rel=1e-6)
+    else:
+        assert by_length != pytest.approx(in_order, rel=1e-3)
+
+
+def test_a_loss_registered_from_outside_is_not_assumed_regroupable(monkeypatch):
+    from axiom_rl.algorithms import losses
+
+    monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
+    monkeypatch.setattr(losses, "REGROUPABLE", set(losses.REGROUPABLE))
+    assert regroupable("grpo")
+    for name in ("grpo", "my_loss"):  # one's own, even under a built-in name
+        losses.register_loss(name)(lambda *a, **k: None)
+        assert not regroupable(name)
 
 
 @pytest.mark.parametrize("loss_type", sorted(set(LOSSES) - {"bnpo"}))

@@ -24,7 +24,7 @@ import pytest
 import torch
 from conftest import run_in_background
 
-from axiom_rl.algorithms import ADVANTAGES, LOSSES, register_loss
+from axiom_rl.algorithms import ADVANTAGES, LOSSES, register_loss, regroupable
 from axiom_rl.algorithms.losses import clipped_surrogate_loss
 from axiom_rl.cli import main, resolve_config
 from axiom_rl.config import SFTConfig, TrainConfig
@@ -35,15 +35,19 @@ from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.report import plot_run
 from axiom_rl.tasks import Task, generate_problems, register_task
 from axiom_rl.tasks.registry import TASKS
+from axiom_rl.train import batch as batch_module
+from axiom_rl.train import grpo as grpo_module
 from axiom_rl.train.batch import (
     TokenBatch,
     _select_rows,
     _shared_prompt_logits,
     build_batch,
     completion_logprobs,
+    micro_batches,
     prompt_runs,
 )
-from axiom_rl.train.grpo import TrainingStopped, train
+from axiom_rl.train.distributed import Parallel
+from axiom_rl.train.grpo import TrainingStopped, frozen_passes, optimizer_step, train
 from axiom_rl.train.sft import sft
 from axiom_rl.train.stop import MESSAGE as STOP_MESSAGE
 from axiom_rl.train.stop import StopRequest
@@ -689,6 +693,137 @@ def test_prompt_runs_group_neighbouring_rows_with_the_same_padded_prompt():
     firsts, run_of_row = prompt_runs(batch)
     assert firsts.tolist() == [0, 2, 3, 4]
     assert run_of_row.tolist() == [0, 0, 1, 2, 3]
+
+
+def real_lengths(batch):
+    """Each row's (prompt, completion) real-token counts."""
+    t = batch.completion_length
+    return [(int(a[:-t].sum()), int(a[-t:].sum())) for a in batch.attention_mask]
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_micro_batches_hold_rows_of_similar_lengths_without_their_padding(monkeypatch, share):
+    """Gradient-accumulation micro-batches take each row once, each only as wide as its own longest
+    prompt and completion, its rows in the batch's order (a group's stay neighbours); rows of
+    similar lengths go together where that needs fewer token positions than the rows in order,
+    and the log-probs are the whole batch's."""
+    policy = load_policy(
+        "tiny", tiny_size="nano", finetune="full", seed=0, need_reference=False, dtype="fp32"
+    )
+    policy.model.eval()
+    # Each group one long and one short completion: sorted by length, the long rows go together.
+    mixed = grouped_batch(policy, [5, 6, 5, 6], 2, [9, 1] * 4)
+    # Groups of similar rows, prompts of different lengths: the rows in order need the fewest.
+    similar = grouped_batch(policy, [5, 11, 8, 3], 2, [9, 8, 1, 3, 9, 9, 2, 2])
+    for batch, expected in (
+        (mixed, [[2, 6], [0, 4], [3, 7], [1, 5]]),
+        (similar, [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ):
+        with torch.no_grad():
+            whole, _ = completion_logprobs(policy.model, batch, share_prompts=share)
+        parts = micro_batches(batch, 4, share_prompts=share)
+        chosen = [list(range(8))[rows] if isinstance(rows, slice) else rows.tolist() for rows, _ in parts]
+        assert chosen == expected
+        lengths = real_lengths(batch)
+        for (rows, part), own in zip(parts, chosen):
+            assert part.input_ids.shape[1] == max(lengths[i][0] for i in own) + max(
+                lengths[i][1] for i in own
+            )
+            assert share is False or len(prompt_runs(part)[0]) == len({i // 2 for i in own})
+            with torch.no_grad():
+                logprobs, _ = completion_logprobs(policy.model, part, share_prompts=share)
+            t = part.completion_length
+            assert torch.equal(part.completion_mask, batch.completion_mask[rows, :t])
+            assert torch.allclose(
+                logprobs * part.completion_mask, whole[rows, :t] * part.completion_mask, atol=1e-5
+            )
+        assert sum(part.input_ids.numel() for _, part in parts) < batch.input_ids.numel() * 3 / 4
+        # Not regrouped (a loss that reads each micro-batch's own tokens): the rows in order, trimmed.
+        in_order = micro_batches(batch, 4, share_prompts=share, regroup=False)
+        assert [rows for rows, _ in in_order] == [slice(i, i + 2) for i in range(0, 8, 2)]
+    # One part is the whole batch as it is; without bucketing, the rows in order at full width.
+    [(rows, part)] = micro_batches(mixed, 1, share_prompts=share)
+    assert rows == slice(0, 8) and part is mixed
+    monkeypatch.setattr(batch_module, "BUCKET_LENGTHS", False)
+    plain = micro_batches(mixed, 4, share_prompts=share)
+    assert [rows for rows, _ in plain] == [slice(i, i + 2) for i in range(0, 8, 2)]
+    assert all(part.input_ids.shape == (2, mixed.input_ids.shape[1]) for _, part in plain)
+
+
+def test_trimming_keeps_one_prompt_and_one_completion_column():
+    pad = 0
+    ids = torch.tensor([[pad, pad, 7, 5, pad, pad], [pad, pad, 8, 6, 9, pad]])
+    mask = (torch.arange(6) >= 2).long().expand(2, 6) * torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
+    batch = TokenBatch(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), ids[:, 3:], mask[:, 3:].float())
+    trimmed = batch.trimmed()
+    assert trimmed.input_ids.tolist() == [[7, 5, pad], [8, 6, 9]]
+    assert trimmed.completion_ids.tolist() == [[5, pad], [6, 9]]
+    assert trimmed.position_ids.tolist() == [[0, 1, 1], [0, 1, 2]]
+    assert trimmed.trimmed() is trimmed  # nothing left to trim
+    # Rows with no completion token at all keep one completion column; every prompt column padding, one.
+    empty = TokenBatch(
+        ids[:, :4],
+        torch.zeros(2, 4, dtype=torch.long),
+        torch.zeros(2, 4, dtype=torch.long),
+        ids[:, 3:4],
+        torch.zeros(2, 1),
+    )
+    assert empty.trimmed().input_ids.shape == (2, 2)
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("loss_type", sorted(LOSSES))
+def test_bucketed_micro_batches_give_the_unbucketed_update(monkeypatch, loss_type, share):
+    """The trainer's reference log-probs and optimizer step over length-bucketed, trimmed
+    micro-batches give what micro-batches of the rows in order at full width give (the gradient as
+    the parameters' change under SGD), to float32 rounding; for a loss that sums alike however the
+    rows are split (regroupable), what one pass over the whole batch gives too. bnpo and hybrid
+    read each micro-batch's own tokens: their rows keep their micro-batches, only trimmed."""
+    results = {}
+    monkeypatch.setattr(grpo_module, "SHARE_PROMPT_PASSES", share)
+    for name, parts, bucketed in (("bucketed", 4, True), ("in order", 4, False), ("whole", 1, True)):
+        monkeypatch.setattr(batch_module, "BUCKET_LENGTHS", bucketed)
+        policy = load_policy(
+            "tiny", tiny_size="nano", finetune="full", seed=0, need_reference=True, dtype="fp32"
+        )
+        # each group one long and one short completion: bucketing puts the long rows together
+        batch = grouped_batch(policy, [5, 6, 5, 6], 2, [9, 1] * 4, seed=1)
+        if bucketed and parts > 1:
+            grouped = [rows for rows, _ in micro_batches(batch, parts, share, regroupable(loss_type))]
+            assert all(isinstance(rows, slice) for rows in grouped) != regroupable(loss_type)
+        cfg = TrainConfig(
+            model="tiny",
+            tiny_size="nano",
+            loss_type=loss_type,
+            beta=0.04,
+            max_grad_norm=1e9,
+            gradient_accumulation_steps=parts,
+            max_completion_length=batch.completion_length,
+        )
+        ref, _, _ = frozen_passes(policy, batch, cfg)
+        with policy.reference_mode() as reference, torch.no_grad():
+            reference.eval()
+            plain_ref, _ = completion_logprobs(reference, batch)
+        mask = batch.completion_mask
+        assert torch.allclose(ref * mask, plain_ref * mask, atol=1e-5), name
+        before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+        sgd = torch.optim.SGD(policy.trainable_parameters, lr=1.0)
+        advantages = torch.linspace(-1.0, 1.0, batch.input_ids.shape[0])
+        update = optimizer_step(
+            policy, policy.model, sgd, batch, advantages, None, ref, cfg, Parallel(torch.device("cpu"))
+        )
+        change = {n: p.detach() - before[n] for n, p in policy.model.named_parameters() if n in before}
+        results[name] = (update, change)
+    assert results["whole"][0]["grad_norm"] > 0
+    compared = ["in order"] + (["whole"] if regroupable(loss_type) else [])
+    update, change = results["bucketed"]
+    for name in compared:
+        other_update, other_change = results[name]
+        assert update["loss"] == pytest.approx(other_update["loss"], rel=1e-5, abs=1e-7), name
+        assert update["grad_norm"] == pytest.approx(other_update["grad_norm"], rel=1e-4), name
+        assert update["entropy"] == pytest.approx(other_update["entropy"], rel=1e-5), name
+        for n, delta in other_change.items():
+            assert torch.allclose(change[n], delta, atol=1e-6, rtol=1e-4), (name, n)
 
 
 def test_gradient_checkpointing_runs_every_rows_prompt():

@@ -16,7 +16,14 @@ from .advantages import (
 )
 from .aggregate import AGGREGATIONS, register_aggregation
 from .kl import KL_ESTIMATORS, register_kl
-from .losses import LOSSES, clipped_surrogate_loss, entropy_from_logits, policy_loss, register_loss
+from .losses import (
+    LOSSES,
+    clipped_surrogate_loss,
+    entropy_from_logits,
+    policy_loss,
+    register_loss,
+    regroupable,
+)
 
 __all__ = [
     "ADVANTAGES",
@@ -33,5 +40,6 @@ __all__ = [
     "register_aggregation",
     "register_kl",
     "register_loss",
+    "regroupable",
     "zero_variance_groups",
 ]

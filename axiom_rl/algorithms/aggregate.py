@@ -40,6 +40,11 @@ import torch
 Aggregation = Callable[..., torch.Tensor]
 AGGREGATIONS: dict[str, Aggregation] = {}
 HYBRID_REFERENCE_TOKENS = 512
+# The modes whose micro-batch losses add up to the whole batch's however its rows are split into
+# micro-batches, so the trainer may group rows of similar lengths (train/batch.py: length
+# bucketing). bnpo divides by each micro-batch's own tokens and hybrid's default alpha reads each
+# micro-batch's longest row: which rows share a micro-batch changes their loss.
+SPLIT_FREE = {"grpo", "dr_grpo", "dapo"}
 
 
 def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:

@@ -33,16 +33,26 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from .aggregate import AGGREGATIONS, masked_mean
+from .aggregate import AGGREGATIONS, SPLIT_FREE, masked_mean
 from .kl import KL_ESTIMATORS
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 LOSSES: dict[str, LossFn] = {}
+# The losses whose value does not depend on which rows share a micro-batch (their aggregation is in
+# SPLIT_FREE): a loss registered from outside is not assumed to be one.
+REGROUPABLE: set[str] = set()
+
+
+def regroupable(loss_type: str) -> bool:
+    """May gradient accumulation put the batch's rows into micro-batches in any grouping (rows of
+    similar lengths together) without changing the loss `loss_type` sums to?"""
+    return loss_type in REGROUPABLE
 
 
 def register_loss(name: str) -> Callable[[LossFn], LossFn]:
     def deco(fn: LossFn) -> LossFn:
         LOSSES[name] = fn
+        REGROUPABLE.discard(name)  # a loss of one's own, even under a built-in name: not assumed
         return fn
 
     return deco
@@ -161,7 +171,10 @@ def _variant(name: str, doc: str, **fixed: Any) -> LossFn:
 
     loss.__name__ = f"{name}_loss"
     loss.__doc__ = doc
-    return register_loss(name)(loss)
+    register_loss(name)(loss)
+    if fixed["aggregation"] in SPLIT_FREE:
+        REGROUPABLE.add(name)
+    return loss
 
 
 _variant(

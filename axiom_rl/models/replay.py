@@ -70,7 +70,7 @@ class LinearOutputs:
             [self.logits] if self.logits is not None else []
         )
 
-    def rows(self, index: slice) -> LinearOutputs:
+    def rows(self, index: slice | torch.Tensor) -> LinearOutputs:
         return LinearOutputs(
             [[t[index] for t in layer] for layer in self.layers],
             None if self.logits is None else self.logits[index],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,13 +27,38 @@ class TokenBatch:
     def completion_length(self) -> int:
         return self.completion_ids.shape[1]
 
-    def rows(self, index: slice) -> TokenBatch:
+    def rows(self, index: slice | torch.Tensor) -> TokenBatch:
+        """The rows `index` (a slice: views; a tensor of row numbers: copies), at the full width."""
         return TokenBatch(
             self.input_ids[index],
             self.attention_mask[index],
             self.position_ids[index],
             self.completion_ids[index],
             self.completion_mask[index],
+        )
+
+    def trimmed(self) -> TokenBatch:
+        """Without the columns that are padding in every row: the prompts' leading ones (one
+        prompt column stays, the position that predicts the first completion token) and the
+        completions' trailing ones (one stays). A micro-batch of short rows cut from a batch padded
+        to its longest row then costs what its own rows need. Positions are kept, so the real
+        tokens' log-probs are the untrimmed batch's, to float rounding. Itself where nothing is
+        padding throughout."""
+        t = self.completion_length
+        p = self.input_ids.shape[1] - t
+        real = self.attention_mask.bool().any(0).tolist()  # [P + T], one read back
+        lead = next((i for i in range(p) if real[i]), p)
+        lead = max(0, min(lead, p - 1))
+        width = max(1, next((j + 1 for j in range(t - 1, -1, -1) if real[p + j]), 0))
+        if lead == 0 and width == t:
+            return self
+        columns = slice(lead, p + width)
+        return TokenBatch(
+            self.input_ids[:, columns],
+            self.attention_mask[:, columns],
+            self.position_ids[:, columns],
+            self.completion_ids[:, :width],
+            self.completion_mask[:, :width],
         )
 
 
@@ -110,6 +136,74 @@ def prompt_runs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # The mask too: a pad id may also be a real token (a tokenizer padding with EOS).
     starts[1:] = (ids[1:] != ids[:-1]).any(-1) | (mask[1:] != mask[:-1]).any(-1)
     return starts.nonzero().squeeze(-1), starts.long().cumsum(0) - 1
+
+
+# Micro-batches of rows of similar lengths, each without the padding all its rows share
+# (train/grpo.py). False: each micro-batch the next rows in the batch's order, at the batch's full
+# width, as before (benchmarks/length_buckets.py measures both).
+BUCKET_LENGTHS = True
+
+
+def micro_batches(
+    batch: TokenBatch, parts: int, share_prompts: bool, regroup: bool = True
+) -> list[tuple[slice | torch.Tensor, TokenBatch]]:
+    """(rows, their micro-batch) for each of `parts` gradient-accumulation micro-batches of
+    ceil(N / parts) rows.
+
+    One part: the whole batch as it is (rows a slice). More, with BUCKET_LENGTHS, length
+    bucketing: each micro-batch cut to its own longest prompt and completion
+    (`TokenBatch.trimmed`), and with `regroup` its rows chosen so that they need little padding:
+    of three groupings, the rows in order, the rows sorted by length and the prompt groups sorted
+    by their longest row, the one with the fewest token positions through the layers
+    (`_positions`; with `share_prompts` each group's prompt counts once per micro-batch, as
+    `_shared_prompt_logits` runs it). A micro-batch keeps its rows in the batch's order, so a
+    group's rows in it stay neighbours. Which rows go together changes only the order of the
+    gradient's sums, for a loss whose micro-batch losses add up alike however the rows are split
+    (algorithms.regroupable); without `regroup` the rows keep their micro-batches."""
+    n = batch.input_ids.shape[0]
+    size = math.ceil(n / max(1, parts))
+    if size >= n:
+        return [(slice(0, n), batch)]
+    in_order = [list(range(start, min(n, start + size))) for start in range(0, n, size)]
+    if not BUCKET_LENGTHS:
+        return [(slice(r[0], r[-1] + 1), batch.rows(slice(r[0], r[-1] + 1))) for r in in_order]
+    t = batch.completion_length
+    mask = batch.attention_mask
+    prompt_len, completion_len = mask[:, :-t].sum(-1).tolist(), mask[:, -t:].sum(-1).tolist()
+    run = prompt_runs(batch)[1].tolist() if share_prompts else list(range(n))
+    groupings = [in_order]
+    if regroup:
+        longest: dict[int, int] = {}
+        for i, r in enumerate(run):
+            longest[r] = max(longest.get(r, 0), prompt_len[i] + completion_len[i])
+        by_row = sorted(range(n), key=lambda i: (-completion_len[i], -prompt_len[i], i))
+        by_group = sorted(range(n), key=lambda i: (-longest[run[i]], run[i], i))
+        groupings += [
+            [sorted(order[s : s + size]) for s in range(0, n, size)] for order in (by_row, by_group)
+        ]
+    best = min(groupings, key=lambda g: _positions(g, prompt_len, completion_len, run, share_prompts))
+    chosen = []
+    for rows in best:
+        contiguous = rows == list(range(rows[0], rows[-1] + 1))
+        index = (
+            slice(rows[0], rows[-1] + 1) if contiguous else torch.tensor(rows, device=batch.input_ids.device)
+        )
+        chosen.append((index, batch.rows(index).trimmed()))
+    return chosen
+
+
+def _positions(
+    grouping: list[list[int]], prompt_len: list[int], completion_len: list[int], run: list[int], share: bool
+) -> int:
+    """Token positions the layers run for micro-batches of these rows, each trimmed: every row's
+    completion at the micro-batch's longest, and its prompt at the longest prompt, once per row or,
+    with `share`, once per group in the micro-batch."""
+    total = 0
+    for rows in grouping:
+        prompt_width = max(prompt_len[i] for i in rows)
+        prompts = len({run[i] for i in rows}) if share else len(rows)
+        total += prompts * prompt_width + len(rows) * max(completion_len[i] for i in rows)
+    return total
 
 
 def drops_out(model: Any) -> bool:

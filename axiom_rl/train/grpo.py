@@ -26,14 +26,14 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..algorithms import ADVANTAGES, KalmanBaseline, compute_advantages, policy_loss
+from ..algorithms import ADVANTAGES, KalmanBaseline, compute_advantages, policy_loss, regroupable
 from ..config import TrainConfig, save_config
 from ..io import hold_run_dir
 from ..models import replay
@@ -50,7 +50,7 @@ from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
 from ..verifier import BatchVerification, overlaps_verification, sandbox_workers
-from .batch import TokenBatch, build_batch, completion_logprobs
+from .batch import TokenBatch, build_batch, completion_logprobs, micro_batches
 from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
 from .distributed import Parallel
 from .host_memory import keep_freed_memory
@@ -227,22 +227,21 @@ def estimator_extras(
     return extras
 
 
-def micro_batches(n: int, parts: int) -> Iterator[slice]:
-    size = math.ceil(n / parts)
-    for start in range(0, n, size):
-        yield slice(start, min(n, start + size))
-
-
 @torch.no_grad()
 def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Tensor:
-    """Log-probs [N, T] without gradient, micro-batch by micro-batch."""
+    """Log-probs [N, T] without gradient, micro-batch by micro-batch (0 past a trimmed
+    micro-batch's completions: padding there)."""
     model.eval()
     share = share_prompt_passes(batch)
-    parts = [
-        completion_logprobs(model, batch.rows(s), cfg.temperature, share_prompts=share)[0]
-        for s in micro_batches(batch.input_ids.shape[0], cfg.gradient_accumulation_steps)
-    ]
-    return torch.cat(parts)
+    # (the reference and old log-probs enter no loss here: any grouping of the rows serves)
+    parts = micro_batches(batch, cfg.gradient_accumulation_steps, share_prompts=share)
+    if len(parts) == 1:
+        return completion_logprobs(model, parts[0][1], cfg.temperature, share_prompts=share)[0]
+    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    for rows, part in parts:
+        logprobs = completion_logprobs(model, part, cfg.temperature, share_prompts=share)[0]
+        out[rows, : logprobs.shape[1]] = logprobs
+    return out
 
 
 def rollout_batch(rollout: Rollout, policy: Policy) -> TokenBatch:
@@ -292,12 +291,17 @@ def optimizer_step(
     n = batch.input_ids.shape[0]
     # DDP averages gradients over ranks, so token-normalised losses use the global count / world.
     num_items = parallel.total(float(batch.completion_mask.sum())) / parallel.world
-    parts = list(micro_batches(n, cfg.gradient_accumulation_steps))
+    parts = micro_batches(
+        batch,
+        cfg.gradient_accumulation_steps,
+        share_prompts=share_prompt_passes(batch),
+        regroup=regroupable(cfg.loss_type),
+    )
     totals: Counter[str] = Counter()
     loss_total, entropy_sum, token_sum = 0.0, 0.0, 0.0
     time_forward = time_backward = 0.0
-    for index, rows in enumerate(parts):
-        part = batch.rows(rows)
+    for index, (rows, part) in enumerate(parts):
+        t = part.completion_length  # a trimmed micro-batch's: the frozen log-probs are cut to it
         with parallel.no_sync(train_model, skip=index < len(parts) - 1):
             t0 = time.perf_counter()
             logprobs, entropy = completion_logprobs(
@@ -310,8 +314,8 @@ def optimizer_step(
             )
             loss, metrics = policy_loss(
                 logprobs,
-                None if old is None else old[rows],
-                None if ref is None else ref[rows],
+                None if old is None else old[rows, :t],
+                None if ref is None else ref[rows, :t],
                 advantages[rows],
                 part.completion_mask,
                 loss_type=cfg.loss_type,
@@ -328,7 +332,7 @@ def optimizer_step(
             time_forward += t1 - t0
             time_backward += time.perf_counter() - t1
         loss_total += float(loss.detach())
-        share = (rows.stop - rows.start) / n
+        share = part.input_ids.shape[0] / n
         for k, v in metrics.items():
             totals[k] += v * share
         entropy_sum += float((entropy * part.completion_mask).sum())
