@@ -51,6 +51,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/verify_throughput.py
 	$(BIN)/python benchmarks/grpo_step.py
 	$(BIN)/python benchmarks/overlap_verification.py
+	$(BIN)/python benchmarks/length_buckets.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache runs

@@ -152,3 +152,46 @@ def test_each_kernel_ablation_turns_off_a_switch_the_code_reads(grpo_step):
             assert getattr(module, switch) is False
         finally:
             setattr(module, switch, before)
+
+
+LENGTH_BUCKETS = SCRIPT.with_name("length_buckets.py")
+
+
+def test_the_length_bucketing_benchmark_runs_both_ways_and_counts_what_bucketing_saves():
+    """A small real run: both modes timed, and bucketing's positions fewer than the unbucketed
+    batch's (completions of varied lengths); a bad count is one line and exit code 2."""
+    import subprocess
+
+    small = [
+        "--tiny-size",
+        "nano",
+        "--repeats",
+        "1",
+        "--prompts",
+        "2",
+        "--generations",
+        "4",
+        "--completion",
+        "32",
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(LENGTH_BUCKETS), *small, "--micro-batches", "4", "--prompt-passes", "separate"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {
+        line.split()[0]: line.split()
+        for line in proc.stdout.splitlines()
+        if line.strip().startswith(("on ", "off ")) and ":" not in line  # not the ratios' line
+    }
+    assert set(rows) == {"on", "off"}
+    on, off = int(rows["on"][-1]), int(rows["off"][-1])
+    assert 0 < on < off
+    assert f"positions {on / off:.3f}x" in proc.stdout
+    bad = subprocess.run(
+        [sys.executable, str(LENGTH_BUCKETS), "--repeats", "0"], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and "--repeats must be at least 1" in bad.stderr
+    assert "Traceback" not in bad.stderr
