@@ -233,8 +233,11 @@ def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Te
     micro-batch's completions: padding there)."""
     model.eval()
     share = share_prompt_passes(batch)
-    # (the reference and old log-probs enter no loss here: any grouping of the rows serves)
-    parts = micro_batches(batch, cfg.gradient_accumulation_steps, share_prompts=share)
+    # The updates' micro-batches (optimizer_step's): each row's reference and old log-probs come
+    # from the layout its policy log-probs will.
+    parts = micro_batches(
+        batch, cfg.gradient_accumulation_steps, share_prompts=share, regroup=regroupable(cfg.loss_type)
+    )
     if len(parts) == 1:
         return completion_logprobs(model, parts[0][1], cfg.temperature, share_prompts=share)[0]
     out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
