@@ -386,16 +386,21 @@ def test_loss_errors_are_clear():
         policy_loss(lp, lp, None, torch.zeros(1), torch.ones(1, 1), beta=0.0, epsilon=0.3)
 
 
+def loss_inputs(n: int, t: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """Random log-probs [n, t], old and reference log-probs near them, and advantages [n]."""
+    g = torch.Generator().manual_seed(seed)
+    lp = torch.randn(n, t, generator=g) - 1
+    old, ref = lp + 0.1 * torch.randn(n, t, generator=g), lp + 0.1 * torch.randn(n, t, generator=g)
+    return lp, old, ref, torch.randn(n, generator=g)
+
+
 @pytest.mark.parametrize("loss_type", sorted(LOSSES))
 def test_a_regroupable_loss_sums_alike_however_the_rows_are_grouped(loss_type):
     # The trainer puts rows of similar lengths into the same micro-batch only for these losses
     # (train/batch.py: length bucketing); for the others, which rows share a micro-batch changes
     # the sum, at their default settings (bnpo's local token count, hybrid's local longest row).
-    g = torch.Generator().manual_seed(8)
     n, t = 8, 6
-    lp = torch.randn(n, t, generator=g) - 1
-    old, ref = lp + 0.1 * torch.randn(n, t, generator=g), lp + 0.1 * torch.randn(n, t, generator=g)
-    adv = torch.randn(n, generator=g)
+    lp, old, ref, adv = loss_inputs(n, t, seed=8)
     lengths = torch.tensor([6, 1, 4, 2, 6, 3, 1, 5])
     mask = (torch.arange(t) < lengths[:, None]).float()
     common = {"loss_type": loss_type, "max_completion_length": t, "num_items": mask.sum(), "num_sequences": n}
@@ -430,11 +435,8 @@ def test_micro_batches_add_up_to_the_whole_batch(loss_type):
     # Gradient accumulation: summing micro-batch losses computed with the whole batch's counts
     # gives the whole batch's loss (hybrid: alpha fixed, since it depends on the longest row).
     # bnpo is excluded by definition: it normalises each micro-batch by its own tokens.
-    g = torch.Generator().manual_seed(6)
     n, t = 8, 5
-    lp = torch.randn(n, t, generator=g) - 1
-    old, ref = lp + 0.1 * torch.randn(n, t, generator=g), lp + 0.1 * torch.randn(n, t, generator=g)
-    adv = torch.randn(n, generator=g)
+    lp, old, ref, adv = loss_inputs(n, t, seed=6)
     mask = torch.ones(n, t)
     mask[::3, 3:] = 0
     common = {
