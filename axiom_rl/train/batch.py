@@ -164,23 +164,23 @@ def micro_batches(
     size = math.ceil(n / max(1, parts))
     if size >= n:
         return [(slice(0, n), batch)]
-    in_order = [list(range(start, min(n, start + size))) for start in range(0, n, size)]
-    if not BUCKET_LENGTHS:
-        return [(slice(r[0], r[-1] + 1), batch.rows(slice(r[0], r[-1] + 1))) for r in in_order]
+    in_order = [slice(start, min(n, start + size)) for start in range(0, n, size)]
+    if not (BUCKET_LENGTHS and regroup):
+        return [
+            (rows, batch.rows(rows).trimmed() if BUCKET_LENGTHS else batch.rows(rows)) for rows in in_order
+        ]
     t = batch.completion_length
     mask = batch.attention_mask
     prompt_len, completion_len = mask[:, :-t].sum(-1).tolist(), mask[:, -t:].sum(-1).tolist()
     run = prompt_runs(batch)[1].tolist() if share_prompts else list(range(n))
-    groupings = [in_order]
-    if regroup:
-        longest: dict[int, int] = {}
-        for i, r in enumerate(run):
-            longest[r] = max(longest.get(r, 0), prompt_len[i] + completion_len[i])
-        by_row = sorted(range(n), key=lambda i: (-completion_len[i], -prompt_len[i], i))
-        by_group = sorted(range(n), key=lambda i: (-longest[run[i]], run[i], i))
-        groupings += [
-            [sorted(order[s : s + size]) for s in range(0, n, size)] for order in (by_row, by_group)
-        ]
+    longest: dict[int, int] = {}
+    for i, r in enumerate(run):
+        longest[r] = max(longest.get(r, 0), prompt_len[i] + completion_len[i])
+    by_row = sorted(range(n), key=lambda i: (-completion_len[i], -prompt_len[i], i))
+    by_group = sorted(range(n), key=lambda i: (-longest[run[i]], run[i], i))
+    groupings = [[list(range(rows.start, rows.stop)) for rows in in_order]] + [
+        [sorted(order[s : s + size]) for s in range(0, n, size)] for order in (by_row, by_group)
+    ]
     best = min(groupings, key=lambda g: _positions(g, prompt_len, completion_len, run, share_prompts))
     chosen = []
     for rows in best:
