@@ -195,3 +195,50 @@ def test_the_length_bucketing_benchmark_runs_both_ways_and_counts_what_bucketing
     )
     assert bad.returncode == 2 and "--repeats must be at least 1" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+FINISHED_ROWS = SCRIPT.with_name("finished_rows.py")
+
+
+def test_the_finished_rows_benchmark_samples_alike_both_ways_and_counts_the_rows_left_out():
+    """A small real run: both modes timed, the same tokens sampled, and fewer rows computed when the
+    finished ones leave the step; bad input is one line and exit code 2."""
+    import subprocess
+
+    small = [
+        "--tiny-size",
+        "nano",
+        "--repeats",
+        "2",
+        "--prompts",
+        "2",
+        "--generations",
+        "8",
+        "--completion",
+        "48",
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(FINISHED_ROWS), *small, "--stops", "aeiou0123"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "the same tokens in both modes on every repeat" in proc.stdout
+    rows = {
+        line.split()[0]: line.split()
+        for line in proc.stdout.splitlines()
+        if line.strip().startswith(("keep ", "drop ")) and ":" not in line  # not the ratios' line
+    }
+    assert set(rows) == {"keep", "drop"}
+    kept, dropped = float(rows["keep"][-1]), float(rows["drop"][-1])
+    assert 0 < dropped < kept
+    for args, message in (
+        (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--stops", ""], "--stops needs"),
+    ):
+        bad = subprocess.run(
+            [sys.executable, str(FINISHED_ROWS), *args], capture_output=True, text=True, timeout=120
+        )
+        assert bad.returncode == 2 and message in bad.stderr
+        assert "Traceback" not in bad.stderr

@@ -95,8 +95,11 @@ def allocate(
     """Buffers for `steps` decode steps of `rows` rows: with the logits where everything fits in
     MAX_BYTES, without them where the layers alone do, else None. `reuse`'s own where they have
     those shapes (a record nothing reads any more: fresh buffers of a rollout-heavy step's size,
-    hundreds of MB, page-fault in again at every rollout). Not inference tensors (the training
-    pass keeps some of them for backward), so call it outside torch.inference_mode."""
+    hundreds of MB, page-fault in again at every rollout). New ones hold zeros: the decode loop
+    writes no row after its last token (rollout/fast.py's _Decoding), so the padding the training
+    pass runs past a row's end reads zeros or an earlier rollout's values, never uninitialised
+    memory (which may hold any bits, NaN among them). Not inference tensors (the training pass
+    keeps some of them for backward), so call it outside torch.inference_mode."""
     per_token = layers * sum(widths)
     for with_logits in (True, False):
         if rows * steps * 4 * (per_token + vocab * with_logits) <= MAX_BYTES and steps > 0:
@@ -104,7 +107,7 @@ def allocate(
             shapes += [(rows, steps, vocab)] * with_logits
             if reuse is not None and [tuple(t.shape) for t in reuse.flat()] == shapes:
                 return LinearOutputs(reuse.layers, reuse.logits, reuse.fed[:, :0])
-            new = functools.partial(torch.empty, dtype=torch.float32, device=device)
+            new = functools.partial(torch.zeros, dtype=torch.float32, device=device)
             return LinearOutputs(
                 [[new((rows, steps, w)) for w in widths] for _ in range(layers)],
                 new((rows, steps, vocab)) if with_logits else None,

@@ -223,6 +223,8 @@ struct AttendArgs {
   int64_t n, kvh, groups, t_len;
   float scale;
   int64_t rows_per_prompt = 1, prompt_slots = 0;
+  // nullptr, or the caches' and the mask's row of each of the n rows (q's and out's rows are 0..n-1).
+  const int64_t* rows = nullptr;
 };
 
 template <int HD>
@@ -234,10 +236,11 @@ void attend_pairs(const AttendArgs& a, at::Tensor& scores) {
   at::parallel_for(0, a.n * kvh, grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t row = p / kvh, head = p % kvh;
-      const int64_t first = row - row % a.rows_per_prompt;  // the run's first row
-      scores_one_pair<HD>(a.q + row * a.q_row + head * groups * HD, a.keys + row * a.key_row + head * a.key_head,
+      const int64_t cached = a.rows != nullptr ? a.rows[row] : row;
+      const int64_t first = cached - cached % a.rows_per_prompt;  // the run's first row
+      scores_one_pair<HD>(a.q + row * a.q_row + head * groups * HD, a.keys + cached * a.key_row + head * a.key_head,
                           a.keys + first * a.key_row + head * a.key_head, a.prompt_slots,
-                          a.mask + row * a.mask_row, sp + p * groups * t_len, groups, t_len, a.key_slot, a.scale);
+                          a.mask + cached * a.mask_row, sp + p * groups * t_len, groups, t_len, a.key_slot, a.scale);
     }
   });
   const at::Tensor probs = scores.softmax(-1);
@@ -245,8 +248,9 @@ void attend_pairs(const AttendArgs& a, at::Tensor& scores) {
   at::parallel_for(0, a.n * kvh, grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t row = p / kvh, head = p % kvh;
-      const int64_t first = row - row % a.rows_per_prompt;
-      values_one_pair<HD>(pp + p * groups * t_len, a.values + row * a.value_row + head * a.value_head,
+      const int64_t cached = a.rows != nullptr ? a.rows[row] : row;
+      const int64_t first = cached - cached % a.rows_per_prompt;
+      values_one_pair<HD>(pp + p * groups * t_len, a.values + cached * a.value_row + head * a.value_head,
                           a.values + first * a.value_row + head * a.value_head, a.prompt_slots,
                           a.out + row * a.out_row + head * groups * HD, groups, t_len, a.value_slot);
     }
@@ -659,16 +663,33 @@ AXIOM_TARGETS void add_into(float* __restrict__ x, const float* __restrict__ y, 
 // tokens replays instead of computing them again (models/replay.py). The panel kernel writes them
 // there as it computes them where the record allows it (record_copies); otherwise keep() copies
 // them afterwards. The step computes the same values with or without a record.
+//
+// With `rows` (decode_step's: the step computes some of the batch's rows), step row r is batch
+// row rows[r] here too. Those rows are no run of evenly spaced ones, so keep() copies them after
+// each linear layer, not the panel kernel.
 
-void check_record(at::TensorList record, int64_t layers, int64_t n, int64_t step) {
+void check_record(at::TensorList record, int64_t layers, int64_t batch, int64_t step) {
   if (record.empty()) return;
   TORCH_CHECK(static_cast<int64_t>(record.size()) == 7 * layers || static_cast<int64_t>(record.size()) == 7 * layers + 1,
               "decode_step: a record of 7 tensors a layer, and the logits'");
   for (const at::Tensor& t : record)
-    TORCH_CHECK(t.scalar_type() == at::kFloat && t.dim() == 3 && t.size(0) == n && t.stride(2) == 1 && step >= 0 &&
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.dim() == 3 && t.size(0) == batch && t.stride(2) == 1 && step >= 0 &&
                     step < t.size(1),
                 "decode_step: each record tensor float32 [rows, steps, width], rows of width contiguous, and "
                 "record_at a step in it");
+}
+
+// decode_step's `rows`, checked: nullptr for all `batch` rows, else the rows' indices, each a row
+// of the batch, in increasing order (no row twice: the threads write each row's cache slot).
+const int64_t* check_rows(const std::optional<at::Tensor>& rows, int64_t batch) {
+  if (!rows.has_value()) return nullptr;
+  TORCH_CHECK(rows->scalar_type() == at::kLong && rows->dim() == 1 && rows->is_contiguous() && rows->size(0) >= 1,
+              "decode_step: rows int64 [n], contiguous, at least one");
+  const int64_t* p = rows->data_ptr<int64_t>();
+  for (int64_t r = 0; r < rows->size(0); ++r)
+    TORCH_CHECK(p[r] >= 0 && p[r] < batch && (r == 0 || p[r] > p[r - 1]),
+                "decode_step: rows must be rows of the batch, in increasing order");
+  return p;
 }
 
 // dst[0, n) = src[0, n), past the caches where the CPU can: a record is written once, far from
@@ -695,22 +716,27 @@ void records_done(at::TensorList record) {
 }
 
 // The first `width` values of each of the n rows of `src` (`stride` apart) into
-// record[index][first_row + row, step, :], which must be that wide.
+// record[index][first_row + row, step, :] (with `rows`, record row rows[first_row + row]), which
+// must be that wide.
 void keep(at::TensorList record, int64_t index, int64_t step, const float* src, int64_t stride, int64_t n,
-          int64_t width, int64_t first_row = 0) {
+          int64_t width, int64_t first_row = 0, const int64_t* rows = nullptr) {
   if (record.empty() || index >= static_cast<int64_t>(record.size())) return;
   const at::Tensor& dst = record[index];
   TORCH_CHECK(dst.size(2) == width, "decode_step: record tensor ", index, " is ", dst.size(2), " wide, not ", width);
-  float* base = dst.data_ptr<float>() + step * dst.stride(1) + first_row * dst.stride(0);
-  for (int64_t r = 0; r < n; ++r) stream_copy(base + r * dst.stride(0), src + r * stride, width);
+  float* base = dst.data_ptr<float>() + step * dst.stride(1);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t row = rows != nullptr ? rows[first_row + r] : first_row + r;
+    stream_copy(base + row * dst.stride(0), src + r * stride, width);
+  }
 }
 
 // The same for columns [from, from + width) of an output of the ATen step ([N, 1, C] or [N, C]).
-void keep(at::TensorList record, int64_t index, int64_t step, const at::Tensor& out, int64_t from, int64_t width) {
+void keep(at::TensorList record, int64_t index, int64_t step, const at::Tensor& out, int64_t from, int64_t width,
+          const int64_t* rows) {
   if (record.empty() || index >= static_cast<int64_t>(record.size())) return;
-  const at::Tensor rows = out.reshape({out.size(0), -1}).contiguous();
-  TORCH_CHECK(from + width <= rows.size(1), "decode_step: recording past an output's width");
-  keep(record, index, step, rows.data_ptr<float>() + from, rows.size(1), rows.size(0), width);
+  const at::Tensor values = out.reshape({out.size(0), -1}).contiguous();
+  TORCH_CHECK(from + width <= values.size(1), "decode_step: recording past an output's width");
+  keep(record, index, step, values.data_ptr<float>() + from, values.size(1), values.size(0), width, 0, rows);
 }
 
 // A record tensor `index` that takes `width` of a linear layer's columns (kept side by side: q, k
@@ -727,8 +753,9 @@ struct Kept {
 // in 0.94-0.97x the time at 8 x 8 rows and 256 tokens, 0.97-0.98x at 4 x 4 and 64 (medians of
 // alternated rollouts in one process; the memory traffic of the record itself stays).
 std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<Kept> kept, int64_t step,
-                                int64_t first_row) {
+                                int64_t first_row, const int64_t* rows) {
   std::vector<Copy> copies;
+  if (rows != nullptr) return copies;  // rows of the record that are not evenly spaced
   for (const Kept& part : kept) {
     if (part.index >= static_cast<int64_t>(record.size())) return {};
     const at::Tensor& t = record[part.index];
@@ -744,15 +771,16 @@ std::vector<Copy> record_copies(at::TensorList record, std::initializer_list<Kep
 // tensors `kept` at step `record_at`: written by the panel kernel as it computes them where it can
 // (record_copies), else copied afterwards (keep). Returns the output, contiguous.
 at::Tensor linear_kept(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b, int64_t kind,
-                       at::TensorList record, int64_t record_at, int64_t first_row, std::initializer_list<Kept> kept) {
+                       at::TensorList record, int64_t record_at, const int64_t* rows, int64_t first_row,
+                       std::initializer_list<Kept> kept) {
   const std::vector<Copy> copies =
-      kind == kPanels ? record_copies(record, kept, record_at, first_row) : std::vector<Copy>{};
+      kind == kPanels ? record_copies(record, kept, record_at, first_row, rows) : std::vector<Copy>{};
   const at::Tensor out = linear(x, w, b, kind, &copies).contiguous();
   if (copies.empty()) {
     int64_t from = 0;
     for (const Kept& part : kept) {
       keep(record, part.index, record_at, out.data_ptr<float>() + from, out.size(1), out.size(0), part.width,
-           first_row);
+           first_row, rows);
       from += part.width;
     }
   }
@@ -790,9 +818,9 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
                       const at::Tensor& sin_in, const at::Tensor& embed, const at::Tensor& norm,
                       const at::Tensor& lm_head, at::TensorList weights,
                       const c10::List<std::optional<at::Tensor>>& qkv_bias, int64_t h, int64_t kvh, int64_t hd,
-                      double eps, int64_t linear_kind, at::TensorList record, int64_t record_at,
-                      int64_t rows_per_prompt, int64_t prompt_slots, bool split_rows) {
-  const int64_t n = ids.size(0), d = embed.size(1), end = start + 1, groups = h / kvh;
+                      double eps, int64_t linear_kind, at::TensorList record, int64_t record_at, const int64_t* rows,
+                      int64_t n, int64_t rows_per_prompt, int64_t prompt_slots, bool split_rows) {
+  const int64_t d = embed.size(1), end = start + 1, groups = h / kvh;
   const int64_t q_width = h * hd, kv_width = kvh * hd, qkv_width = q_width + 2 * kv_width;
   const int64_t layers = static_cast<int64_t>(qkv_bias.size());
   TORCH_CHECK(embed.is_contiguous() && embed.scalar_type() == at::kFloat, "decode_step: a float32 embedding");
@@ -805,6 +833,12 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   const float* table = embed.data_ptr<float>();
   const int64_t* id = ids64.data_ptr<int64_t>();
   const int64_t* position = positions.data_ptr<int64_t>();
+  std::vector<int64_t> picked_ids, picked_positions;  // with `rows`: row r's, the batch's row rows[r]'s
+  if (rows != nullptr) {
+    picked_ids.resize(n), picked_positions.resize(n);
+    for (int64_t r = 0; r < n; ++r) picked_ids[r] = id[rows[r]], picked_positions[r] = position[rows[r]];
+    id = picked_ids.data(), position = picked_positions.data();
+  }
   for (int64_t r = 0; r < n; ++r) {  // what at::embedding and at::index check in the ATen step
     TORCH_CHECK(id[r] >= 0 && id[r] < embed.size(0), "decode_step: token id ", id[r], " out of range");
     TORCH_CHECK(position[r] >= 0 && position[r] < cos.size(0), "decode_step: position ", position[r],
@@ -826,10 +860,15 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
   // tensors must be inference tensors too where they write into the caller's.
   const bool inference = c10::InferenceMode::is_enabled();
   // Rows [r0, r1) through the whole step; `shared`: their runs of rows that read a prompt's slots
-  // from the run's first row (r0 starts a run).
+  // from the run's first row (r0 starts a run; with `rows`, the runs of the batch's rows).
   auto step_rows = [&](int64_t r0, int64_t r1, int64_t shared) {
     c10::InferenceMode same_mode(inference);
     const int64_t m = r1 - r0;
+    // The caches' and the mask's rows: these m from r0 on, or with `rows` every row of the batch,
+    // of which row r here is rows[r0 + r].
+    const int64_t first = rows != nullptr ? 0 : r0, count = rows != nullptr ? mask.size(0) : m;
+    const int64_t* batch_rows = rows != nullptr ? rows + r0 : nullptr;
+    const auto batch_row = [&](int64_t r) { return batch_rows != nullptr ? batch_rows[r] : r; };
     at::Tensor x = at::empty({m, d}, options), y = at::empty({m, d}, options);
     at::Tensor att = at::empty({m, q_width}, options), scores = at::empty({m * kvh, groups, end}, options);
     float* xp = x.data_ptr<float>();
@@ -838,44 +877,47 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     for (int64_t i = 0; i < layers; ++i) {
       const at::Tensor* w = &weights[6 * i];
       rms_rows(xp, norms[2 * i].data_ptr<float>(), yp, m, d, feps);
-      at::Tensor qkv = linear_kept(y, w[1], qkv_bias.get(i), linear_kind, record, record_at, r0,
+      at::Tensor qkv = linear_kept(y, w[1], qkv_bias.get(i), linear_kind, record, record_at, rows, r0,
                                    {{7 * i, q_width}, {7 * i + 1, kv_width}, {7 * i + 2, kv_width}});  // [m, qkv_width]
       float* qkvp = qkv.data_ptr<float>();
       rotate_rows(qkvp, m, qkv_width, h + kvh, hd, position + r0, cos.data_ptr<float>(), sin.data_ptr<float>(),
                   cos.stride(0));
-      const at::Tensor layer_k = cache_k.select(0, i).narrow(0, r0, m), layer_v = cache_v.select(0, i).narrow(0, r0, m);
+      const at::Tensor layer_k = cache_k.select(0, i).narrow(0, first, count);
+      const at::Tensor layer_v = cache_v.select(0, i).narrow(0, first, count);
       float* kp = layer_k.data_ptr<float>();
       float* vp = layer_v.data_ptr<float>();
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = 0; j < kvh; ++j) {
           const float* new_k = qkvp + r * qkv_width + q_width + j * hd;  // its value kv_width further on
           const float* new_v = new_k + kv_width;
-          std::copy_n(new_k, hd, kp + r * layer_k.stride(0) + j * layer_k.stride(1) + start * layer_k.stride(2));
-          std::copy_n(new_v, hd, vp + r * layer_v.stride(0) + j * layer_v.stride(1) + start * layer_v.stride(2));
+          const int64_t b = batch_row(r);
+          std::copy_n(new_k, hd, kp + b * layer_k.stride(0) + j * layer_k.stride(1) + start * layer_k.stride(2));
+          std::copy_n(new_v, hd, vp + b * layer_v.stride(0) + j * layer_v.stride(1) + start * layer_v.stride(2));
         }
       const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
-      AttendArgs args = attend_args(qkvp, qkv_width, keys, values, mask.narrow(0, r0, m), att.data_ptr<float>(),
-                                    q_width, m, kvh, groups, scale);
+      AttendArgs args = attend_args(qkvp, qkv_width, keys, values, mask.narrow(0, first, count),
+                                    att.data_ptr<float>(), q_width, m, kvh, groups, scale);
+      args.rows = batch_rows;
       args.rows_per_prompt = shared, args.prompt_slots = prompt_slots;
       attend(args, scores);
-      const at::Tensor o = linear_kept(att, w[2], no_bias, linear_kind, record, record_at, r0, {{7 * i + 3, d}});
+      const at::Tensor o = linear_kept(att, w[2], no_bias, linear_kind, record, record_at, rows, r0, {{7 * i + 3, d}});
       add_into(xp, o.data_ptr<float>(), m * d);
       rms_rows(xp, norms[2 * i + 1].data_ptr<float>(), yp, m, d, feps);
       const int64_t inner = w[4].size(0) / 2;
-      const at::Tensor gate_up = linear_kept(y, w[4], no_bias, linear_kind, record, record_at, r0,
+      const at::Tensor gate_up = linear_kept(y, w[4], no_bias, linear_kind, record, record_at, rows, r0,
                                              {{7 * i + 4, inner}, {7 * i + 5, inner}});  // [m, 2 I]
       at::Tensor act = at::empty({m, inner}, gate_up.options());
       if (!silu_mul_rows(gate_up.data_ptr<float>(), m, inner, act.data_ptr<float>())) {
         act = at::silu(gate_up.slice(1, 0, inner));
         act.mul_(gate_up.slice(1, inner));
       }
-      const at::Tensor down = linear_kept(act, w[5], no_bias, linear_kind, record, record_at, r0, {{7 * i + 6, d}});
+      const at::Tensor down = linear_kept(act, w[5], no_bias, linear_kind, record, record_at, rows, r0, {{7 * i + 6, d}});
       add_into(xp, down.data_ptr<float>(), m * d);
     }
     rms_rows(xp, final_norm.data_ptr<float>(), yp, m, d, feps);
     const at::Tensor part = linear(y, lm_head, no_bias, linear_kind).contiguous();  // [m, V]
     std::copy_n(part.data_ptr<float>(), m * part.size(1), logits.data_ptr<float>() + r0 * part.size(1));
-    keep(record, 7 * layers, record_at, part.data_ptr<float>(), part.size(1), m, part.size(1), r0);
+    keep(record, 7 * layers, record_at, part.data_ptr<float>(), part.size(1), m, part.size(1), r0, rows);
     records_done(record);  // this thread's streaming stores
   };
 
@@ -887,11 +929,13 @@ at::Tensor fused_step(const at::Tensor& ids, const at::Tensor& positions_in, con
     step_rows(0, n, rows_per_prompt);
   } else {
     // Whole runs of rows_per_prompt rows to a thread where they split evenly; else single rows, each
-    // reading its own copy of the prompt's slots (the same values).
-    const int64_t unit = (n / rows_per_prompt) % threads == 0 ? rows_per_prompt : 1;
+    // reading its own copy of the prompt's slots (the same values). With `rows`, the runs are the
+    // batch's, whose first rows any thread reads where it is: any split.
+    const int64_t unit = rows == nullptr && (n / rows_per_prompt) % threads == 0 ? rows_per_prompt : 1;
+    const int64_t shared = rows != nullptr ? rows_per_prompt : unit;
     const int64_t units = n / unit;
     at::parallel_for(0, units, (units + threads - 1) / threads, [&](int64_t begin, int64_t stop) {
-      step_rows(begin * unit, stop * unit, unit);
+      step_rows(begin * unit, stop * unit, shared);
     });
   }
   records_done(record);
@@ -919,7 +963,12 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
                        int64_t rows_per_prompt, int64_t prompt_slots,
                        // The rows split between the threads (fused_step), or each kernel's work
                        // by its columns: the same bits.
-                       bool split_rows) {
+                       bool split_rows,
+                       // None: every row of the batch. Else the rows to compute (int64 [n], in
+                       // increasing order; rows that finished are left out: fast.py): the step
+                       // reads and writes their tokens, positions, caches, mask and record where
+                       // the batch holds them, and returns their logits alone, [n, V].
+                       const std::optional<at::Tensor>& rows_in) {
   TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "decode_step takes one token per row");
   TORCH_CHECK(weights.size() == 6 * qkv_bias.size(), "decode_step: 6 weights per layer");
   TORCH_CHECK(rows_per_prompt >= 1 && ids.size(0) % rows_per_prompt == 0 && prompt_slots >= 0 &&
@@ -927,49 +976,60 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
               "decode_step: rows_per_prompt must divide the rows, and the shared prompt_slots come before "
               "the slot written");
   check_record(record, static_cast<int64_t>(qkv_bias.size()), ids.size(0), record_at);
+  const int64_t* rows = check_rows(rows_in, ids.size(0));
+  const int64_t n = rows != nullptr ? rows_in->size(0) : ids.size(0), s = 1, end = start + s;
   if (own_kernels && has_kernel(hd))
     return fused_step(ids, positions, cache_k, cache_v, start, mask, cos, sin, embed, norm, lm_head, weights,
-                      qkv_bias, h, kvh, hd, eps, linear_kind, record, record_at, rows_per_prompt, prompt_slots,
-                      split_rows);
-  const int64_t n = ids.size(0), s = 1, end = start + s;
+                      qkv_bias, h, kvh, hd, eps, linear_kind, record, record_at, rows, n, rows_per_prompt,
+                      prompt_slots, split_rows);
+  // The ATen step: with `rows`, their tokens, positions, mask and (each layer) cached keys and values
+  // gathered, the new keys and values written to their rows.
+  const auto picked = [&](const at::Tensor& t) { return rows != nullptr ? t.index_select(0, *rows_in) : t; };
+  const at::Tensor step_positions = picked(positions), step_mask = picked(mask);
   const std::optional<at::Tensor> no_bias;
   const double scale = std::pow(static_cast<double>(hd), -0.5);  // Python's hd**-0.5
-  at::Tensor x = at::embedding(embed, ids);                         // [N, 1, d]
-  const at::Tensor c = at::index(cos, {positions}).unsqueeze(1);    // [N, 1, 1, hd]
-  const at::Tensor si = at::index(sin, {positions}).unsqueeze(1);
+  at::Tensor x = at::embedding(embed, picked(ids));                      // [n, 1, d]
+  const at::Tensor c = at::index(cos, {step_positions}).unsqueeze(1);    // [n, 1, 1, hd]
+  const at::Tensor si = at::index(sin, {step_positions}).unsqueeze(1);
   for (int64_t i = 0; i < static_cast<int64_t>(qkv_bias.size()); ++i) {
     const at::Tensor* w = &weights[6 * i];
     at::Tensor y = rms(x, w[0], eps);
     const at::Tensor qkv = linear(y, w[1], qkv_bias.get(i), linear_kind);
-    keep(record, 7 * i, record_at, qkv, 0, h * hd);
-    keep(record, 7 * i + 1, record_at, qkv, h * hd, kvh * hd);
-    keep(record, 7 * i + 2, record_at, qkv, (h + kvh) * hd, kvh * hd);
+    keep(record, 7 * i, record_at, qkv, 0, h * hd, rows);
+    keep(record, 7 * i + 1, record_at, qkv, h * hd, kvh * hd, rows);
+    keep(record, 7 * i + 2, record_at, qkv, (h + kvh) * hd, kvh * hd, rows);
     const auto qk_v = qkv.split_with_sizes({(h + kvh) * hd, kvh * hd}, -1);
     // q and k rotated together: x * cos + roll(x) * sin, sin's first half negated (_rotate).
     at::Tensor qk = qk_v[0].view({n, s, h + kvh, hd}).transpose(1, 2);
     qk = at::add(at::mul(qk, c), at::mul(qk.roll({hd / 2}, {-1}), si));
     const at::Tensor layer_k = cache_k.select(0, i), layer_v = cache_v.select(0, i);
-    layer_k.slice(2, start, end).copy_(qk.slice(1, h));
-    layer_v.slice(2, start, end).copy_(qk_v[1].view({n, s, kvh, hd}).transpose(1, 2));
-    const at::Tensor keys = layer_k.slice(2, 0, end), values = layer_v.slice(2, 0, end);
+    const at::Tensor new_k = qk.slice(1, h), new_v = qk_v[1].view({n, s, kvh, hd}).transpose(1, 2);
+    if (rows != nullptr) {
+      layer_k.select(2, start).index_copy_(0, *rows_in, new_k.select(2, 0));
+      layer_v.select(2, start).index_copy_(0, *rows_in, new_v.select(2, 0));
+    } else {
+      layer_k.slice(2, start, end).copy_(new_k);
+      layer_v.slice(2, start, end).copy_(new_v);
+    }
+    const at::Tensor keys = picked(layer_k.slice(2, 0, end)), values = picked(layer_v.slice(2, 0, end));
     // The query heads that share each K/V head side by side: two grouped matmuls (_attend).
     const at::Tensor q = qk.slice(1, 0, h).reshape({n, kvh, h / kvh, hd});
-    const at::Tensor scores = at::matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(mask);
+    const at::Tensor scores = at::matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(step_mask);
     const at::Tensor att = at::matmul(scores.softmax(-1), values).view({n, h, 1, hd});
     const at::Tensor o = linear(att.transpose(1, 2).reshape({n, s, h * hd}), w[2], no_bias, linear_kind);
-    keep(record, 7 * i + 3, record_at, o, 0, o.size(-1));
+    keep(record, 7 * i + 3, record_at, o, 0, o.size(-1), rows);
     x = at::add(x, o);
     y = rms(x, w[3], eps);
     const at::Tensor fused = linear(y, w[4], no_bias, linear_kind);
-    keep(record, 7 * i + 4, record_at, fused, 0, fused.size(-1) / 2);
-    keep(record, 7 * i + 5, record_at, fused, fused.size(-1) / 2, fused.size(-1) / 2);
+    keep(record, 7 * i + 4, record_at, fused, 0, fused.size(-1) / 2, rows);
+    keep(record, 7 * i + 5, record_at, fused, fused.size(-1) / 2, fused.size(-1) / 2, rows);
     const auto gate_up = fused.chunk(2, -1);
     const at::Tensor down = linear(at::mul(at::silu(gate_up[0]), gate_up[1]), w[5], no_bias, linear_kind);
-    keep(record, 7 * i + 6, record_at, down, 0, down.size(-1));
+    keep(record, 7 * i + 6, record_at, down, 0, down.size(-1), rows);
     x = at::add(x, down);
   }
-  const at::Tensor logits = linear(rms(x.select(1, -1), norm, eps), lm_head, no_bias, linear_kind);  // [N, V]
-  keep(record, 7 * static_cast<int64_t>(qkv_bias.size()), record_at, logits, 0, logits.size(-1));
+  const at::Tensor logits = linear(rms(x.select(1, -1), norm, eps), lm_head, no_bias, linear_kind);  // [n, V]
+  keep(record, 7 * static_cast<int64_t>(qkv_bias.size()), record_at, logits, 0, logits.size(-1), rows);
   records_done(record);
   return logits;
 }
@@ -1024,7 +1084,8 @@ TORCH_LIBRARY(axiom_rl, m) {
       "decode_step(Tensor ids, Tensor positions, Tensor(a!) cache_k, Tensor(b!) cache_v, int start, "
       "Tensor mask, Tensor cos, Tensor sin, Tensor embed, Tensor norm, Tensor lm_head, Tensor[] weights, "
       "Tensor?[] qkv_bias, int heads, int kv_heads, int head_dim, float eps, int linear_kind, bool own_kernels, "
-      "Tensor(c!)[] record, int record_at, int rows_per_prompt=1, int prompt_slots=0, bool split_rows=True) -> "
+      "Tensor(c!)[] record, int record_at, int rows_per_prompt=1, int prompt_slots=0, bool split_rows=True, "
+      "Tensor? rows=None) -> "
       "Tensor");
   m.def("pack_panels(Tensor[] parts) -> Tensor");
   m.def("linear_panels(Tensor x, Tensor packed, Tensor? bias, int isa=0) -> Tensor");

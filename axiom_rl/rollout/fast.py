@@ -507,8 +507,15 @@ class FastBackend:
     # eager step in Python only) everywhere: tests compare them, benchmarks measure what each is worth.
     decode = "auto"
 
+    # The eager step leaves out rows that have finished (_Decoding); False: it computes every row
+    # to the end (tests and benchmarks/finished_rows.py compare both).
+    drop_finished = True
+
     def __init__(self, min_new_tokens: int = 0) -> None:
         self.min_new_tokens = min_new_tokens  # > 0 forces length (benchmarks: identical work)
+        # The rows the decode step computed in the last rollout, summed over its token steps (the
+        # work drop_finished saves; benchmarks and tests read it).
+        self.last_row_steps = 0
         # Keep what the linear layers compute for each fed-back token (Rollout.linear_outputs),
         # where the C++ step runs: the trainer sets it when its first pass can replay them.
         self.record_linear_outputs = False
@@ -584,6 +591,12 @@ class FastBackend:
         record = self._record(w, n, max_new_tokens - 1) if native_step is not None else None
         record_tensors = record.flat() if record is not None else []
         never = pad if pad is not None and pad != eos else None  # padding is never a token to generate
+        # The C++ step leaves out rows that have finished (_Decoding); the static step keeps its
+        # shapes, and the Python step computes every row.
+        rows = _Decoding(n, native.split_unit(w) if native_step is not None else 1)
+        drop_finished = self.drop_finished and native_step is not None
+        ended = 0  # rows that have finished, fed padding from the next step on
+        self.last_row_steps = 0
         steps = 0
         for t in range(max_new_tokens):
             blocked = eos if t < self.min_new_tokens else None  # forced length: EOS cannot be sampled yet
@@ -599,6 +612,8 @@ class FastBackend:
                 tokens = torch.where(done, torch.full_like(tokens, pad), tokens)
                 out[:, t] = tokens
             steps = t + 1
+            if drop_finished and ended and (keeping := rows.to_keep(done, ended)) is not None:
+                rows.keep(keeping, logits)
             if t >= self.min_new_tokens:
                 done |= tokens == eos
                 if stop_check.active:
@@ -606,19 +621,22 @@ class FastBackend:
                 if on_finished is not None:
                     self._report_finished(out, t, done, reported, tokenizer, stop_strings, on_finished)
             # No row can be done before min_new_tokens: skip reading `done` back (a device sync) until then.
-            if t + 1 == max_new_tokens or (t >= self.min_new_tokens and bool(done.all())):
+            if t >= self.min_new_tokens:
+                ended = int(done.sum())
+            if t + 1 == max_new_tokens or ended == n:
                 break
             allowed[:, p + t] = 0.0
+            self.last_row_steps += rows.count
             if static_step is not None:
                 logits = static_step(tokens, next_pos, p + t)
             else:
                 mask = allowed[:, : p + t + 1].view(n, 1, 1, p + t + 1)
                 args = (tokens.unsqueeze(1), next_pos.unsqueeze(1), cache_k, cache_v, p + t, mask, cos, sin)
+                extra: dict[str, Any] = {} if rows.computed is None else {"rows": rows.computed}
                 if record is not None:
-                    logits = eager_step(*args, record=record_tensors, record_at=t)
+                    extra.update(record=record_tensors, record_at=t)
                     record.steps = t + 1
-                else:
-                    logits = eager_step(*args)
+                logits = rows.all_logits(eager_step(*args, **extra))
             next_pos = next_pos + 1
         if record is not None:
             record.fed = out[:, : record.steps].clone()
@@ -661,6 +679,62 @@ class FastBackend:
         with torch.inference_mode(False):  # the training pass keeps some of them for backward
             spare, self._spare_record = self._spare_record, None
             return replay.allocate(rows, steps, len(w.layers), widths, w.vocab, w.embed.device, reuse=spare)
+
+
+class _Decoding:
+    """Which rows the C++ decode step computes, once it leaves out rows that have finished.
+
+    A row that has finished (EOS or a stop string) is fed padding to the end of the rollout, and
+    nothing reads what the step computes for it from then on; a rollout lasts as long as its
+    longest row. Where completions end at different lengths, the step then spends much of its
+    work on finished rows: on a CPU its time is close to proportional to its rows (at the step
+    benchmark's rollout-heavy shape, 16, 32 and 64 rows took 283, 547 and 1,143 ms for 256 tokens).
+    So from the step after a row's last token, the loop hands the step only the rows still going
+    (`rows`), plus as many finished ones as make their number a multiple of `unit`, the row count
+    the C++ step splits between its threads (native.split_unit). The step reads and writes those
+    rows where the batch holds them (their caches, mask and record stay in place: nothing is
+    copied) and returns their logits, which go into the batch's [N, V] logits.
+
+    Every row still going gets the same bits: the C++ step's linear kernel, attention and the
+    element-wise work compute each row alone, whatever rows share the step. The tokens are sampled
+    from [N, V] logits as before (a finished row's last ones stand in for its own, and its draw is
+    discarded), so each step draws the same random numbers. A finished row's record
+    (models/replay.py) is not written after its last token: the training pass meets only padding
+    there, and the record's buffers hold zeros or an earlier rollout's values, never garbage.
+    """
+
+    def __init__(self, n: int, unit: int) -> None:
+        self.n, self.unit = n, unit
+        self.computed: torch.Tensor | None = None  # the batch's rows the step computes; None: all n
+        self.count = n  # how many
+        self._logits: torch.Tensor | None = None  # [N, V]: the batch's logits
+
+    def to_keep(self, done: torch.Tensor, ended: int) -> torch.Tensor | None:
+        """The batch's rows to compute from this step on, given the rows `done` [N] that have
+        finished (`ended` of them, fed padding from this step on), in increasing order; None where
+        that leaves out none of those computed now."""
+        going = self.n - ended
+        keep = min(self.count, -(-going // self.unit) * self.unit)
+        if going == 0 or keep == self.count:
+            return None
+        computed = torch.ones_like(done) if self.computed is None else torch.zeros_like(done)
+        if self.computed is not None:
+            computed[self.computed] = True
+        finished = (computed & done).nonzero().squeeze(1)[: keep - going]  # to make up whole shares
+        return torch.cat([(~done).nonzero().squeeze(1), finished]).sort().values
+
+    def keep(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
+        """Compute only `rows` of the batch from now on; `logits` [N, V]: the batch's last ones."""
+        self.computed, self.count = rows, len(rows)
+        if self._logits is None:
+            self._logits = logits.clone()
+
+    def all_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The batch's [N, V] logits, given the step's for the rows it computed."""
+        if self.computed is None:
+            return logits
+        assert self._logits is not None
+        return self._logits.index_copy_(0, self.computed, logits)
 
 
 class _StopCheck:

@@ -312,6 +312,20 @@ def step_for(w: Any) -> Callable[..., torch.Tensor] | None:
     return None if built is None else _bind(built, w)
 
 
+# decode_step.cpp's kShareRows: fused_step splits a step's rows between the threads where each
+# thread's share is a multiple of this many rows.
+SHARE_ROWS = 4
+
+
+def split_unit(w: Any) -> int:
+    """The C++ step for these weights (fast._Weights) splits its rows between the threads when
+    their number is a multiple of this (1: it never does, so any number of rows is alike)."""
+    threads = torch.get_num_threads()
+    if not (SPLIT_ROWS and OWN_KERNELS) or w.linear is not linear_panels or threads <= 1:
+        return 1
+    return SHARE_ROWS * threads
+
+
 def _bind(
     built: Callable[..., torch.Tensor], w: Any, own_kernels: bool | None = None
 ) -> Callable[..., torch.Tensor]:
@@ -329,8 +343,10 @@ def _bind(
     # `record`: models/replay.LinearOutputs.flat(), filled at step `record_at` (decode_step.cpp's keep).
     # `rows_per_prompt`, `prompt_slots`: each run of that many rows holds the same first slots in
     # its caches (a prompt's, for its completions), which the attention kernel then reads once.
-    return lambda *args, record=(), record_at=0, rows_per_prompt=1, prompt_slots=0: built(
-        *args, *fixed, list(record), record_at, rows_per_prompt, prompt_slots, SPLIT_ROWS
+    # `rows`: None, or the rows of the batch to compute (int64, increasing: the decode loop leaves
+    # out rows that have finished); the step then returns their logits alone.
+    return lambda *args, record=(), record_at=0, rows_per_prompt=1, prompt_slots=0, rows=None: built(
+        *args, *fixed, list(record), record_at, rows_per_prompt, prompt_slots, SPLIT_ROWS, rows
     )
 
 
