@@ -52,6 +52,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/grpo_step.py
 	$(BIN)/python benchmarks/overlap_verification.py
 	$(BIN)/python benchmarks/length_buckets.py
+	$(BIN)/python benchmarks/finished_rows.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache runs

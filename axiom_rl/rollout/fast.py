@@ -22,6 +22,9 @@ CPU. This loop runs the same arithmetic with nothing else:
   own, without the interpreter's or ATen's cost around each of some 30 calls a layer, so the
   logits agree with the Python step's to float32 rounding (with native.OWN_KERNELS off it makes
   the Python step's ATen calls, and computes the same bits);
+- the C++ step computes only the rows still going: from the step after a row's last token it is
+  left out (_Decoding), which samples the same tokens in a fraction of the time where completions
+  end at different lengths;
 - on a CUDA device the decode step runs with static shapes, its pieces between cache writes
   compiled (torch.compile), captured once per rollout as a CUDA graph and replayed per token (see
   _StaticDecode): there, launching kernels is the cost.
