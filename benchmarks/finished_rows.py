@@ -59,6 +59,12 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=8)
     ap.add_argument("--completion", type=int, default=256, help="most tokens per completion")
     ap.add_argument("--stops", default="aeio", help="characters that end a completion (one stop string each)")
+    ap.add_argument(
+        "--no-record",
+        action="store_true",
+        help="the rollout without the record of its linear layers' outputs that the trainer keeps for "
+        "its first update (models/replay.py)",
+    )
     args = ap.parse_args()
     for name in ("repeats", "prompts", "generations", "completion"):
         if getattr(args, name) < 1:
@@ -77,6 +83,7 @@ def main() -> None:
     prompts = countdown_prompts(args.prompts)
     stops = list(args.stops)
     backend = FastBackend()
+    backend.record_linear_outputs = not args.no_record  # as the trainer's, where μ = 1
 
     def rollout(mode: str, seed: int) -> tuple[float, list[list[int]], int]:
         backend.drop_finished = mode == "drop"
@@ -85,7 +92,9 @@ def main() -> None:
         out = backend.generate(
             policy.model, policy.tokenizer, prompts, args.generations, args.completion, 1.0, 1.0, stops, 1024
         )
-        return time.perf_counter() - start, out.completion_ids, backend.last_row_steps
+        took = time.perf_counter() - start
+        backend.recycle(out.linear_outputs)  # as the trainer does once its update has read it
+        return took, out.completion_ids, backend.last_row_steps
 
     seconds: dict[str, list[float]] = {m: [] for m in MODES}
     row_steps: dict[str, list[int]] = {m: [] for m in MODES}
@@ -95,7 +104,8 @@ def main() -> None:
     print(
         f"{args.prompts} prompts x G={args.generations}, at most {args.completion} tokens, stop characters "
         f"{args.stops!r}; {sum(p.numel() for p in policy.model.parameters()) / 1e6:.2f}M parameters, float32, "
-        f"cpu, {torch.get_num_threads()} threads; torch {torch.__version__}"
+        f"cpu, {torch.get_num_threads()} threads, {'no record' if args.no_record else 'recording the linear layers'}; "
+        f"torch {torch.__version__}"
     )
     for i in range(args.repeats):
         completions = {}

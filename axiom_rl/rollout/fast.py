@@ -510,8 +510,8 @@ class FastBackend:
     # eager step in Python only) everywhere: tests compare them, benchmarks measure what each is worth.
     decode = "auto"
 
-    # The eager step leaves out rows that have finished (_Decoding); False: it computes every row
-    # to the end (tests and benchmarks/finished_rows.py compare both).
+    # The C++ step leaves out rows that have finished (_Decoding); False: it computes every row to
+    # the end, as the Python and static steps do (tests and benchmarks/finished_rows.py compare both).
     drop_finished = True
 
     def __init__(self, min_new_tokens: int = 0) -> None:
@@ -720,9 +720,11 @@ class _Decoding:
         keep = min(self.count, -(-going // self.unit) * self.unit)
         if going == 0 or keep == self.count:
             return None
-        computed = torch.ones_like(done) if self.computed is None else torch.zeros_like(done)
-        if self.computed is not None:
-            computed[self.computed] = True
+        computed = (
+            torch.ones_like(done)
+            if self.computed is None
+            else torch.zeros_like(done).index_fill_(0, self.computed, True)
+        )
         finished = (computed & done).nonzero().squeeze(1)[: keep - going]  # to make up whole shares
         return torch.cat([(~done).nonzero().squeeze(1), finished]).sort().values
 
