@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
 import torch
 from test_native_decode import (  # noqa: F401 (a fixture)
     needs_compiler,
@@ -111,12 +112,8 @@ def test_the_rows_kept_are_those_going_on_and_enough_finished_ones_for_whole_sha
     done[[2, 3, 4, 9, 11, 12]] = True  # 8 going on: a share of 8 for each of the two threads
     kept = rows.to_keep(done, 8)
     assert kept is not None and kept.tolist() == [0, 6, 7, 8, 10, 13, 14, 15]
-    logits = torch.randn(16, 5)
-    rows.keep(kept, logits)
+    rows.keep(kept)
     assert rows.count == 8 and torch.equal(rows.computed, kept)
-    step_logits = torch.randn(8, 5)
-    merged = rows.all_logits(step_logits)
-    assert torch.equal(merged[kept], step_logits) and torch.equal(merged[done], logits[done])
 
     done[[0, 6, 7]] = True  # 5 going on: rounded up to 8 again, so nothing to leave out
     assert rows.to_keep(done, 11) is None
@@ -126,9 +123,29 @@ def test_the_rows_kept_are_those_going_on_and_enough_finished_ones_for_whole_sha
     done[[1, 2, 3, 4, 5]] = True  # 11 going on, and a finished row to make 12
     kept = rows.to_keep(done, 5)
     assert kept is not None and kept.tolist() == [0, 1, *range(6, 16)]
-    rows.keep(kept, logits)
+    rows.keep(kept)
     done[[0, 6, 7, 8]] = True  # 7 going on, and one of the finished rows the step still computes
     assert rows.to_keep(done, 9).tolist() == [0, *range(9, 16)]  # not 2-5, already left out
 
     one = _Decoding(16, unit=1)  # a step that does not split its rows: just the rows going on
     assert one.to_keep(done, 9).tolist() == list(range(9, 16))
+
+
+@needs_compiler
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0)])
+def test_sampling_some_rows_gives_them_the_tokens_and_draws_of_sampling_every_row(temperature, top_p):
+    logits = torch.randn(12, 40, generator=torch.Generator().manual_seed(0))
+    rows = torch.tensor([1, 4, 5, 11])
+    others = torch.tensor([r for r in range(12) if r not in rows.tolist()])
+    every_out, some_out = torch.full((12, 3), -7), torch.full((12, 3), -7)
+    torch.manual_seed(3)
+    every = native.sample_next(logits.clone(), 0, None, temperature, top_p, every_out, 1)
+    next_every = torch.rand(1)
+    torch.manual_seed(3)
+    some = native.sample_next(logits[rows].clone(), 0, None, temperature, top_p, some_out, 1, rows)
+    next_some = torch.rand(1)
+    assert torch.equal(some[rows], every[rows]) and torch.equal(some_out[rows, 1], every_out[rows, 1])
+    assert (some[others] == -7).all() and (some_out[others] == -7).all()  # untouched: the loop's padding
+    assert torch.equal(next_some, next_every)  # the generator moved alike
+    with pytest.raises(RuntimeError, match="increasing order"):
+        native.sample_next(logits[rows].clone(), 0, None, 1.0, 1.0, some_out, 1, rows.flip(0))

@@ -1042,13 +1042,21 @@ at::Tensor decode_step(const at::Tensor& ids,        // [N, 1] the newest token 
 // The same ATen calls in the same order, so the same bits and the same draws, without Python's
 // cost around each of its dozen calls a token: at the step benchmark's full configuration the
 // time between a rollout's steps went from 74 to 52 us (docs/benchmarks.md).
-at::Tensor sample_next(at::Tensor logits,  // [N, V], masked in place
+//
+// With `rows` (the rows decode_step computed, when it leaves out finished ones), the logits are
+// theirs alone: it draws a number for every row of `out` as before, so the generator moves as it
+// did, and uses those of `rows`; each row's softmax, sums and search are its own, so the same bits.
+// The other rows' tokens are what `out` holds in that column (the loop's padding).
+at::Tensor sample_next(at::Tensor logits,  // [N, V] (or the rows', [n, V]), masked in place
                        int64_t pad,        // a token never to sample, or -1
                        int64_t blocked,    // another (EOS while the length is forced), or -1
-                       double temperature, double top_p, at::Tensor out, int64_t column) {
-  TORCH_CHECK(logits.dim() == 2 && out.dim() == 2 && out.size(0) == logits.size(0) && column >= 0 &&
-                  column < out.size(1),
+                       double temperature, double top_p, at::Tensor out, int64_t column,
+                       const std::optional<at::Tensor>& rows_in) {
+  TORCH_CHECK(logits.dim() == 2 && out.dim() == 2 && column >= 0 && column < out.size(1),
               "sample_next: logits [N, V] and out [N, T] with the column in it");
+  const int64_t* rows = check_rows(rows_in, out.size(0));
+  TORCH_CHECK(logits.size(0) == (rows != nullptr ? rows_in->size(0) : out.size(0)),
+              "sample_next: a row of logits for each row of out, or of rows");
   const double minus_inf = -std::numeric_limits<double>::infinity();
   for (const int64_t token : {pad, blocked})
     if (token >= 0) {
@@ -1068,12 +1076,17 @@ at::Tensor sample_next(at::Tensor logits,  // [N, V], masked in place
     }
     const at::Tensor cdf = probs.cumsum(-1);
     const int64_t vocab = probs.size(-1);
-    const at::Tensor u = at::rand({probs.size(0), 1}, at::TensorOptions().device(probs.device())) *
-                         cdf.slice(1, vocab - 1, vocab);
+    at::Tensor draws = at::rand({out.size(0), 1}, at::TensorOptions().device(probs.device()));
+    if (rows != nullptr) draws = draws.index_select(0, *rows_in);
+    const at::Tensor u = draws * cdf.slice(1, vocab - 1, vocab);
     tokens = at::searchsorted(cdf, u).squeeze(-1).clamp_(std::nullopt, vocab - 1);
   }
-  out.select(1, column).copy_(tokens);
-  return tokens;
+  if (rows == nullptr) {
+    out.select(1, column).copy_(tokens);
+    return tokens;
+  }
+  out.select(1, column).index_copy_(0, *rows_in, tokens);
+  return out.select(1, column).contiguous();
 }
 
 }  // namespace
@@ -1092,7 +1105,7 @@ TORCH_LIBRARY(axiom_rl, m) {
   m.def("panel_kernel() -> bool", &panel_kernel);  // no tensor argument to dispatch on: one for all
   m.def(
       "sample_next(Tensor(a!) logits, int pad, int blocked, float temperature, float top_p, Tensor(b!) out, "
-      "int column) -> Tensor");
+      "int column, Tensor? rows=None) -> Tensor");
 }
 
 // For every backend: oneDNN's packed weights are tensors of their own kind (MkldnnCPU).

@@ -604,7 +604,7 @@ class FastBackend:
         for t in range(max_new_tokens):
             blocked = eos if t < self.min_new_tokens else None  # forced length: EOS cannot be sampled yet
             if native_step is not None:  # the same calls in C++, writing out[:, t] too
-                tokens = native.sample_next(logits, never, blocked, temperature, top_p, out, t)
+                tokens = native.sample_next(logits, never, blocked, temperature, top_p, out, t, rows.computed)
             else:
                 for token in (never, blocked):
                     if token is not None:
@@ -616,7 +616,7 @@ class FastBackend:
                 out[:, t] = tokens
             steps = t + 1
             if drop_finished and ended and (keeping := rows.to_keep(done, ended)) is not None:
-                rows.keep(keeping, logits)
+                rows.keep(keeping)
             if t >= self.min_new_tokens:
                 done |= tokens == eos
                 if stop_check.active:
@@ -639,7 +639,7 @@ class FastBackend:
                 if record is not None:
                     extra.update(record=record_tensors, record_at=t)
                     record.steps = t + 1
-                logits = rows.all_logits(eager_step(*args, **extra))
+                logits = eager_step(*args, **extra)
             next_pos = next_pos + 1
         if record is not None:
             record.fed = out[:, : record.steps].clone()
@@ -696,12 +696,12 @@ class _Decoding:
     (`rows`), plus as many finished ones as make their number a multiple of `unit`, the row count
     the C++ step splits between its threads (native.split_unit). The step reads and writes those
     rows where the batch holds them (their caches, mask and record stay in place: nothing is
-    copied) and returns their logits, which go into the batch's [N, V] logits.
+    copied) and returns their logits alone, from which native.sample_next samples those rows.
 
     Every row still going gets the same bits: the C++ step's linear kernel, attention and the
-    element-wise work compute each row alone, whatever rows share the step. The tokens are sampled
-    from [N, V] logits as before (a finished row's last ones stand in for its own, and its draw is
-    discarded), so each step draws the same random numbers. A finished row's record
+    element-wise work compute each row alone, whatever rows share the step, and so does sampling.
+    Sampling still draws a number for every row of the batch and uses those of the rows computed,
+    so the generator moves as before and each row gets its old draw. A finished row's record
     (models/replay.py) is not written after its last token: the training pass meets only padding
     there, and the record's buffers hold zeros or an earlier rollout's values, never garbage.
     """
@@ -710,7 +710,6 @@ class _Decoding:
         self.n, self.unit = n, unit
         self.computed: torch.Tensor | None = None  # the batch's rows the step computes; None: all n
         self.count = n  # how many
-        self._logits: torch.Tensor | None = None  # [N, V]: the batch's logits
 
     def to_keep(self, done: torch.Tensor, ended: int) -> torch.Tensor | None:
         """The batch's rows to compute from this step on, given the rows `done` [N] that have
@@ -728,18 +727,9 @@ class _Decoding:
         finished = (computed & done).nonzero().squeeze(1)[: keep - going]  # to make up whole shares
         return torch.cat([(~done).nonzero().squeeze(1), finished]).sort().values
 
-    def keep(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
-        """Compute only `rows` of the batch from now on; `logits` [N, V]: the batch's last ones."""
+    def keep(self, rows: torch.Tensor) -> None:
+        """Compute only `rows` of the batch from now on."""
         self.computed, self.count = rows, len(rows)
-        if self._logits is None:
-            self._logits = logits.clone()
-
-    def all_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """The batch's [N, V] logits, given the step's for the rows it computed."""
-        if self.computed is None:
-            return logits
-        assert self._logits is not None
-        return self._logits.index_copy_(0, self.computed, logits)
 
 
 class _StopCheck:

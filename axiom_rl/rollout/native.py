@@ -236,11 +236,13 @@ def sample_next(
     top_p: float,
     out: torch.Tensor,
     column: int,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """fast._sample's tokens [N] from `logits` [N, V] once `never` and `blocked` (token ids, or
     None) are made impossible in it, also written into out[:, column]: decode_step.cpp's
     sample_next, the same ATen calls made from C++ (the same bits and the same draws), for the
-    loop around the C++ step."""
+    loop around the C++ step. With `rows` (increasing), the logits are those rows' [n, V]: their
+    tokens go into out[rows, column], the draws are the same, and it returns out[:, column]."""
     return torch.ops.axiom_rl.sample_next(
         logits,
         -1 if never is None else never,
@@ -249,6 +251,7 @@ def sample_next(
         top_p,
         out,
         column,
+        rows,
     )
 
 
