@@ -157,11 +157,34 @@ def test_each_kernel_ablation_turns_off_a_switch_the_code_reads(grpo_step):
 LENGTH_BUCKETS = SCRIPT.with_name("length_buckets.py")
 
 
+def run_script(script: Path, *args: str, timeout: int = 300):
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def last_column_by_mode(stdout: str, modes: tuple[str, ...]) -> dict[str, float]:
+    """The last figure of each mode's line in a benchmark's table (not the ratios' line)."""
+    rows = {
+        line.split()[0]: float(line.split()[-1])
+        for line in stdout.splitlines()
+        if line.strip().startswith(tuple(f"{m} " for m in modes)) and ":" not in line
+    }
+    assert set(rows) == set(modes), stdout
+    return rows
+
+
+def assert_one_line_error(script: Path, args: list[str], message: str) -> None:
+    bad = run_script(script, *args, timeout=120)
+    assert bad.returncode == 2 and message in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_the_length_bucketing_benchmark_runs_both_ways_and_counts_what_bucketing_saves():
     """A small real run: both modes timed, and bucketing's positions fewer than the unbucketed
     batch's (completions of varied lengths); a bad count is one line and exit code 2."""
-    import subprocess
-
     small = [
         "--tiny-size",
         "nano",
@@ -174,27 +197,13 @@ def test_the_length_bucketing_benchmark_runs_both_ways_and_counts_what_bucketing
         "--completion",
         "32",
     ]
-    proc = subprocess.run(
-        [sys.executable, str(LENGTH_BUCKETS), *small, "--micro-batches", "4", "--prompt-passes", "separate"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_script(LENGTH_BUCKETS, *small, "--micro-batches", "4", "--prompt-passes", "separate")
     assert proc.returncode == 0, proc.stderr
-    rows = {
-        line.split()[0]: line.split()
-        for line in proc.stdout.splitlines()
-        if line.strip().startswith(("on ", "off ")) and ":" not in line  # not the ratios' line
-    }
-    assert set(rows) == {"on", "off"}
-    on, off = int(rows["on"][-1]), int(rows["off"][-1])
+    positions = last_column_by_mode(proc.stdout, ("on", "off"))
+    on, off = int(positions["on"]), int(positions["off"])
     assert 0 < on < off
     assert f"positions {on / off:.3f}x" in proc.stdout
-    bad = subprocess.run(
-        [sys.executable, str(LENGTH_BUCKETS), "--repeats", "0"], capture_output=True, text=True, timeout=120
-    )
-    assert bad.returncode == 2 and "--repeats must be at least 1" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    assert_one_line_error(LENGTH_BUCKETS, ["--repeats", "0"], "--repeats must be at least 1")
 
 
 FINISHED_ROWS = SCRIPT.with_name("finished_rows.py")
@@ -203,8 +212,6 @@ FINISHED_ROWS = SCRIPT.with_name("finished_rows.py")
 def test_the_finished_rows_benchmark_samples_alike_both_ways_and_counts_the_rows_left_out():
     """A small real run: both modes timed, the same tokens sampled, and fewer rows computed when the
     finished ones leave the step; bad input is one line and exit code 2."""
-    import subprocess
-
     small = [
         "--tiny-size",
         "nano",
@@ -217,28 +224,10 @@ def test_the_finished_rows_benchmark_samples_alike_both_ways_and_counts_the_rows
         "--completion",
         "48",
     ]
-    proc = subprocess.run(
-        [sys.executable, str(FINISHED_ROWS), *small, "--stops", "aeiou0123"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_script(FINISHED_ROWS, *small, "--stops", "aeiou0123")
     assert proc.returncode == 0, proc.stderr
     assert "the same tokens in both modes on every repeat" in proc.stdout
-    rows = {
-        line.split()[0]: line.split()
-        for line in proc.stdout.splitlines()
-        if line.strip().startswith(("keep ", "drop ")) and ":" not in line  # not the ratios' line
-    }
-    assert set(rows) == {"keep", "drop"}
-    kept, dropped = float(rows["keep"][-1]), float(rows["drop"][-1])
-    assert 0 < dropped < kept
-    for args, message in (
-        (["--repeats", "0"], "--repeats must be at least 1"),
-        (["--stops", ""], "--stops needs"),
-    ):
-        bad = subprocess.run(
-            [sys.executable, str(FINISHED_ROWS), *args], capture_output=True, text=True, timeout=120
-        )
-        assert bad.returncode == 2 and message in bad.stderr
-        assert "Traceback" not in bad.stderr
+    row_steps = last_column_by_mode(proc.stdout, ("keep", "drop"))
+    assert 0 < row_steps["drop"] < row_steps["keep"]
+    assert_one_line_error(FINISHED_ROWS, ["--repeats", "0"], "--repeats must be at least 1")
+    assert_one_line_error(FINISHED_ROWS, ["--stops", ""], "--stops needs")
