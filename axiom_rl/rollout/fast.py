@@ -698,8 +698,11 @@ class _Decoding:
     rows where the batch holds them (their caches, mask and record stay in place: nothing is
     copied) and returns their logits alone, from which native.sample_next samples those rows.
 
-    Every row still going gets the same bits: the C++ step's linear kernel, attention and the
-    element-wise work compute each row alone, whatever rows share the step, and so does sampling.
+    Every row still going gets the same bits where the C++ step's own linear kernel runs (x86-64
+    with AVX2 and FMA): it, the attention and the element-wise work compute each row alone,
+    whatever rows share the step, and so does sampling. Elsewhere oneDNN or the BLAS may sum a row
+    in another order for another number of rows, so a seed's tokens may differ from those of a run
+    that kept every row, as they would on another machine.
     Sampling still draws a number for every row of the batch and uses those of the rows computed,
     so the generator moves as before and each row gets its old draw. A finished row's record
     (models/replay.py) is not written after its last token: the training pass meets only padding
