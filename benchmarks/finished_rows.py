@@ -31,21 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from grpo_step import prompts as countdown_prompts  # noqa: E402  (the step benchmark's prompts)
 
 from axiom_rl.errors import UserError  # noqa: E402
 from axiom_rl.models.load import load_policy  # noqa: E402
 from axiom_rl.rollout.fast import FastBackend, supports  # noqa: E402
-from axiom_rl.tasks import generate_problems, get_task  # noqa: E402
 
 MODES = ("keep", "drop")
-
-
-def countdown_prompts(n: int) -> list[str]:
-    task = get_task("countdown")
-    return [
-        task.render(p, "compact") + task.response_prefix(p, "compact")
-        for p in generate_problems("countdown", 1, n, seed=123)
-    ]
 
 
 def main() -> None:

@@ -703,6 +703,7 @@ class _Decoding:
     whatever rows share the step, and so does sampling. Elsewhere oneDNN or the BLAS may sum a row
     in another order for another number of rows, so a seed's tokens may differ from those of a run
     that kept every row, as they would on another machine.
+
     Sampling still draws a number for every row of the batch and uses those of the rows computed,
     so the generator moves as before and each row gets its old draw. A finished row's record
     (models/replay.py) is not written after its last token: the training pass meets only padding
@@ -712,7 +713,11 @@ class _Decoding:
     def __init__(self, n: int, unit: int) -> None:
         self.n, self.unit = n, unit
         self.computed: torch.Tensor | None = None  # the batch's rows the step computes; None: all n
-        self.count = n  # how many
+
+    @property
+    def count(self) -> int:
+        """How many rows the step computes."""
+        return self.n if self.computed is None else len(self.computed)
 
     def to_keep(self, done: torch.Tensor, ended: int) -> torch.Tensor | None:
         """The batch's rows to compute from this step on, given the rows `done` [N] that have
@@ -732,7 +737,7 @@ class _Decoding:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Compute only `rows` of the batch from now on."""
-        self.computed, self.count = rows, len(rows)
+        self.computed = rows
 
 
 class _StopCheck:

@@ -227,17 +227,26 @@ def estimator_extras(
     return extras
 
 
+def update_micro_batches(
+    batch: TokenBatch, cfg: TrainConfig
+) -> list[tuple[slice | torch.Tensor, TokenBatch]]:
+    """The micro-batches of an optimizer step (batch.micro_batches), which the frozen passes run
+    too: each row's reference and old log-probs come from the layout its policy log-probs will."""
+    return micro_batches(
+        batch,
+        cfg.gradient_accumulation_steps,
+        share_prompts=share_prompt_passes(batch),
+        regroup=regroupable(cfg.loss_type),
+    )
+
+
 @torch.no_grad()
 def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Tensor:
     """Log-probs [N, T] without gradient, micro-batch by micro-batch (0 past a trimmed
     micro-batch's completions: padding there)."""
     model.eval()
     share = share_prompt_passes(batch)
-    # The updates' micro-batches (optimizer_step's): each row's reference and old log-probs come
-    # from the layout its policy log-probs will.
-    parts = micro_batches(
-        batch, cfg.gradient_accumulation_steps, share_prompts=share, regroup=regroupable(cfg.loss_type)
-    )
+    parts = update_micro_batches(batch, cfg)
     if len(parts) == 1:
         return completion_logprobs(model, parts[0][1], cfg.temperature, share_prompts=share)[0]
     out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
@@ -294,12 +303,7 @@ def optimizer_step(
     n = batch.input_ids.shape[0]
     # DDP averages gradients over ranks, so token-normalised losses use the global count / world.
     num_items = parallel.total(float(batch.completion_mask.sum())) / parallel.world
-    parts = micro_batches(
-        batch,
-        cfg.gradient_accumulation_steps,
-        share_prompts=share_prompt_passes(batch),
-        regroup=regroupable(cfg.loss_type),
-    )
+    parts = update_micro_batches(batch, cfg)
     totals: Counter[str] = Counter()
     loss_total, entropy_sum, token_sum = 0.0, 0.0, 0.0
     time_forward = time_backward = 0.0
