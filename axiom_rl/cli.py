@@ -18,10 +18,11 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from .config import EvalConfig, SFTConfig, TrainConfig
 from .errors import UserError
+from .terminal import cell, printable
 
 
 def _console(stderr: bool = False) -> Console:
@@ -611,7 +612,7 @@ def eval(ctx: click.Context, config_path: str | None, all_tasks: bool, **options
 
 
 def print_eval_summary(name: str, summary: list[dict[str, Any]]) -> None:
-    table = Table(title=f"evaluation {name}", title_justify="left")
+    table = Table(title=cell(f"evaluation {name}"), title_justify="left")
     passk = sorted({k for row in summary for k in row if k.startswith("pass@")}, key=lambda k: int(k[5:]))
     for col in [
         "task",
@@ -630,9 +631,9 @@ def print_eval_summary(name: str, summary: list[dict[str, Any]]) -> None:
     for r in summary:
         failures = ", ".join(f"{s} {c}" for s, c in r["statuses"].items()) or "-"
         table.add_row(
-            r["task"], str(r["difficulty"]), str(r["problems"]), f"{r['success_rate']:.1%}", f"{r['mean_partial']:.2f}",
+            cell(r["task"]), str(r["difficulty"]), str(r["problems"]), f"{r['success_rate']:.1%}", f"{r['mean_partial']:.2f}",
             str(r["correct"]), str(r["partial"]), str(r["failed"]), *[f"{r[k]:.1%}" if k in r else "-" for k in passk],
-            f"{r['mean_tokens']:.1f}", failures,
+            f"{r['mean_tokens']:.1f}", cell(failures),
         )  # fmt: skip
     out.print(table)
 
@@ -684,7 +685,7 @@ def emit_comparison(rows: list[dict[str, Any]], run_a: str, run_b: str, fmt: str
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["task"])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: printable(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows)
         sys.stdout.write(buf.getvalue())
         return
     header = ["task", "difficulty", "trained on", run_a, run_b, "change", "tokens before", "tokens after"]
@@ -694,13 +695,14 @@ def emit_comparison(rows: list[dict[str, Any]], run_a: str, run_b: str, fmt: str
         for r in rows
     ]  # fmt: skip
     if fmt == "markdown":
-        sys.stdout.write("| " + " | ".join(header) + " |\n|" + " --- |" * len(header) + "\n")
+        sys.stdout.write(printable("| " + " | ".join(header) + " |\n|" + " --- |" * len(header) + "\n"))
         for line in lines:
-            sys.stdout.write("| " + " | ".join(line) + " |\n")
+            sys.stdout.write(printable("| " + " | ".join(line) + " |") + "\n")
         return
-    table = Table(*header, title=f"{run_a} -> {run_b}", title_justify="left")
+    columns = [Column(header=cell(name)) for name in header]
+    table = Table(*columns, title=cell(f"{run_a} -> {run_b}"), title_justify="left")
     for line in lines:
-        table.add_row(*line)
+        table.add_row(*map(cell, line))
     out.print(table)
 
 
@@ -727,18 +729,26 @@ def eval_show(run_name: str, db: str, status: str | None, task: str | None, limi
         if (status is None or a["status"] == status) and (task is None or a["task"] == task)
     ]
     for a in chosen[:limit]:
+        # Everything here is stored text (a model's output, a verifier's detail): escaped.
         out.print(
-            f"── {a['problem_id']} · sample {a['sample']} · {a['status']} · {a['passed']}/{a['total']} tests · "
-            f"reward {a['reward']:.2f} · {a['tokens']} tokens",
+            printable(
+                f"── {a['problem_id']} · sample {a['sample']} · {a['status']} · {a['passed']}/{a['total']} tests · "
+                f"reward {a['reward']:.2f} · {a['tokens']} tokens"
+            ),
             markup=False,
             highlight=False,
             soft_wrap=True,  # long lines stay whole: the terminal wraps them, nothing is inserted
         )
         if a["detail"]:
-            out.print(f"   {a['detail']}", markup=False, highlight=False, soft_wrap=True)
-        out.print(a["completion"].rstrip() or "(empty)", markup=False, highlight=False, soft_wrap=True)
+            out.print(printable(f"   {a['detail']}"), markup=False, highlight=False, soft_wrap=True)
+        completion = printable(a["completion"].rstrip()) or "(empty)"
+        out.print(completion, markup=False, highlight=False, soft_wrap=True)
     err.print(
-        f"{min(limit, len(chosen))} shown of {len(chosen)} matching attempts ({len(attempts)} in run {run_name!r})"
+        printable(
+            f"{min(limit, len(chosen))} shown of {len(chosen)} matching attempts "
+            f"({len(attempts)} in run {run_name!r})"
+        ),
+        markup=False,
     )
 
 
@@ -751,7 +761,7 @@ def eval_list(db: str) -> None:
     with ResultsDB(db, create=False) as store:
         table = Table("run", "created", "model", "attempts", box=None, pad_edge=False)
         for run in store.runs():
-            table.add_row(run.name, run.created, run.model, str(len(store.done(run))))
+            table.add_row(cell(run.name), cell(run.created), cell(run.model), str(len(store.done(run))))
     out.print(table)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import reprlib
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -190,7 +191,7 @@ def _death(run: RunResult) -> tuple[str, str]:
     if run.reason == "output_limit":
         return RUNTIME_ERROR, "output limit exceeded"
     if run.reason in ("result_limit", "protocol"):
-        return RUNTIME_ERROR, "results too large or malformed"
+        return RUNTIME_ERROR, "results too large or malformed" + (f" ({run.why})" if run.why else "")
     if sig == 25:  # SIGXFSZ
         return RUNTIME_ERROR, "file size limit exceeded"
     if sig == 9:
@@ -278,8 +279,18 @@ def _judge_assert_run(run: RunResult) -> Verdict:
     return Verdict(status, passed, total, run.wall_s, first[:DETAIL_CHARS], results)
 
 
+# A candidate's value as the verdict's detail shows it: bounded before it is written out, since
+# a value of a million items (or a string of megabytes) would cost the trusted process the
+# whole text first.
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 3, 60, 60
+for _attr in ("maxlist", "maxtuple", "maxdict", "maxset", "maxfrozenset", "maxdeque", "maxarray"):
+    setattr(_SHORT_REPR, _attr, 8)
+_SHORT_REPR.maxlong = 40
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = _SHORT_REPR.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -406,6 +406,38 @@ def test_eval_show_prints_the_attempts_that_match(tmp_path, capsys):
     assert "unknown status 'wrong'; choose from: passed, wrong_answer" in capsys.readouterr().err
 
 
+HOSTILE = (
+    "\x1b]0;owned\x07"  # set the window title
+    "\x1b]52;c;ZWNobyBvd25lZA==\x07"  # write the clipboard (OSC 52)
+    "wrong\r\x1b[2K\x1b[1A── passed"  # back over the line to fake a pass
+    "\x9b31m\u202eevil"  # a one-byte CSI; a right-to-left override
+)
+
+
+def test_eval_prints_stored_text_with_its_escape_sequences_shown_not_acted_on(tmp_path, capsys):
+    """A completion (or a run's name, a task, a verifier's detail) is stored text from elsewhere:
+    printed, its control characters appear as escapes and reach the terminal as plain text."""
+    db = tmp_path / "r.db"
+    (lcs,) = generate_problems("lcs", 1, 1, split="eval")
+    name = "run\x1b[31m"
+    with ResultsDB(db) as store:
+        run = store.start_run(name, "model\x1b]0;t\x07", {})
+        attempt = Attempt(lcs.id, 0, HOSTILE, 0.0, "wrong_answer", 0, 8, 9, 0.0, "detail\x1b[8m")
+        store.add_batch(run, [lcs], [attempt])
+    assert main(["eval", "show", name, "--db", str(db)]) == 0
+    out, err = capsys.readouterr()
+    written = out + err
+    for active in ("\x1b", "\x07", "\r", "\x9b", "\u202e"):
+        assert active not in written, repr(active)
+    assert "\\x1b]52;c;ZWNobyBvd25lZA==\\x07" in out and "wrong\\x0d\\x1b[2K" in out and "\\u202eevil" in out
+    assert "detail\\x1b[8m" in out and "run\\x1b[31m" in err
+    for command in (["eval", "list"], ["eval", "compare", name, name]):
+        for fmt in ([], ["--format", "markdown"], ["--format", "csv"]) if command[1] == "compare" else ([],):
+            assert main([*command, "--db", str(db), *fmt]) == 0
+            out, _ = capsys.readouterr()
+            assert "\x1b" not in out and ("\\x1b" in out or fmt == ["--format", "csv"]), (command, fmt, out)
+
+
 def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):
     db = tmp_path / "r.db"
     args = [

@@ -25,9 +25,16 @@ import pytest
 from conftest import wait_for_no_leftovers
 
 from axiom_rl.sandbox import Limits, Sandbox, codec, decode_value, judging, landlock_rules, syscall_filter
-from axiom_rl.sandbox.framing import memory_file, read_memory_file
+from axiom_rl.sandbox.framing import (
+    MAX_NESTING,
+    MAX_RESULT_VALUES,
+    ValueBudget,
+    memory_file,
+    read_memory_file,
+)
 from axiom_rl.sandbox.pool import slot_cpus
 from axiom_rl.types import (
+    INTERNAL_ERROR,
     MEMORY_LIMIT,
     PASSED,
     RUNTIME_ERROR,
@@ -499,7 +506,10 @@ def test_a_daemon_that_detaches(sandbox):
     import os, time
     def f(a, b):
         if os.fork() == 0:
-            os.setsid()
+            try:
+                os.setsid()  # refused where there is a seccomp filter: it dies all the same
+            except PermissionError:
+                pass
             if os.fork() == 0:
                 time.sleep(1.5)
                 with open("/tmp/{name}", "w") as fh:
@@ -527,7 +537,10 @@ def test_what_a_job_leaves_running_is_dead_before_the_next_job_starts():
     os._exit = lambda code: time.sleep(60)
     def f():
         if os.fork() == 0:
-            os.setsid()
+            try:
+                os.setsid()  # refused where there is a seccomp filter
+            except PermissionError:
+                pass
             for i in range(10**9):  # as fast as it can, one file at a time
                 open("/tmp/{name}-%d" % i, "w").close()
                 if i:
@@ -560,6 +573,141 @@ def test_garbage_on_the_result_channel(sandbox, garbage):
     verdict = run(sandbox, code)
     assert verdict.status == RUNTIME_ERROR
     assert "malformed" in verdict.detail, verdict
+
+
+WRITE_TO_EVERY_DESCRIPTOR = """
+import os
+def f(a, b):
+    line = {line!r}
+    for fd in range(3, 64):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    return a + b
+"""
+ASSERT_PROBLEM = Problem(
+    id="adv-assert", task="adversarial", difficulty=1, prompt="", entry_point="f",
+    test_code="def check(candidate):\n    assert candidate(3, 4) == 7\n    assert candidate(1, 1) == 2\n",
+)  # fmt: skip
+NOT_REPLAYABLE = replace(  # the tests call it through a name: the judge runs them (judging.py)
+    ASSERT_PROBLEM, test_code="def check(candidate):\n    g = candidate\n    assert g(3, 4) == 7\n"
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[" * 3000 + b"]" * 3000 + b"\n",  # deeper than the decoder's stack: it crashed the monitor
+        b'{"i":0,"ok":true,"value":' + b"[" * (MAX_NESTING + 1) + b"]" * (MAX_NESTING + 1) + b"}\n",
+    ],
+    ids=["past-the-stack", "past-the-nesting-limit"],
+)
+@pytest.mark.parametrize("p", [None, ASSERT_PROBLEM, NOT_REPLAYABLE], ids=["io", "replayed", "judge"])
+def test_deeply_nested_results_are_the_submission_s_failure_not_the_verifier_s(sandbox, line, p):
+    """An internal_error is masked from the loss nowhere now, but it was: a submission that wrote
+    2 KB of brackets to its result channel turned its own failure into a neutral outcome."""
+    for _ in range(2):  # and the slot still serves the next job
+        v = run(sandbox, WRITE_TO_EVERY_DESCRIPTOR.format(line=line), p)
+        assert v.status == RUNTIME_ERROR, v
+        assert "nest too deep" in v.detail or "nested too deep" in v.detail, v
+    assert run(sandbox, "def f(a, b):\n    return a + b", p).status == PASSED
+
+
+def test_a_result_of_millions_of_tiny_containers_costs_the_trusted_side_nothing():
+    """31 MB of empty lists, within the byte limit, decoded to some 10 million objects in the
+    parent (1.6 GB, 10-17 s a verification); refused now before anything of it is decoded."""
+    import resource
+
+    code = """
+import os
+def f(a, b):
+    line = b'{"i":0,"ok":true,"value":[' + b"[]," * 10_300_000 + b'[]]}\\n'
+    for fd in range(3, 64):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    return a + b
+"""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with Sandbox(workers=1, limits=replace(LIMITS, memory_mb=1024)) as pool:
+        start = time.monotonic()
+        v = score_code(problem(), f"```python\n{code}\n```", pool)
+        took = time.monotonic() - start
+    grew_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert v.status == RUNTIME_ERROR and "too many values" in v.detail, v
+    assert grew_mb < 100, grew_mb  # the result's bytes at most, not its objects
+    assert took < 5.0, took
+    assert not wait_for_no_leftovers()
+
+
+def test_a_value_budget_counts_without_decoding_and_refuses_what_is_too_much():
+    budget = ValueBudget(values=10, nesting=3)
+    assert budget.decode(b"[1,2,3]") == [1, 2, 3] and budget.values == 10 - 4  # 3 values + a list
+    # Brackets and commas inside strings are text: counted again without them, then decoded.
+    assert budget.decode(b'["[[[[,,,,,,,,"]') == ["[[[[,,,,,,,,"] and budget.values < 6
+    assert ValueBudget(nesting=3).decode(b'"\\\\"') == "\\"  # an escaped backslash, then the quote
+    assert ValueBudget(nesting=3).decode(b"[[[1]]]") == [[[1]]]
+    with pytest.raises(ValueError, match="nest too deep"):
+        ValueBudget(nesting=3).decode(b"[[[[1]]]]")
+    with pytest.raises(ValueError, match="nest too deep"):
+        ValueBudget(nesting=3).decode(b'[{"a":[{"b":1}]}]')
+    with pytest.raises(ValueError, match="too many values"):
+        ValueBudget(values=10).decode(b"[" + b"0," * 20 + b"0]")
+    spent = ValueBudget(values=10)
+    spent.decode(b"[1,2,3,4,5,6]")
+    with pytest.raises(ValueError, match="too many values"):  # over the job's lines together
+        spent.decode(b"[1,2,3,4,5,6]")
+    with pytest.raises(ValueError, match="nested too deep"):  # the decoder's own stack
+        ValueBudget(nesting=10**6).decode(b"[" * 100_000 + b"]" * 100_000)
+    # What the candidate's own encoder may send fits: the deepest and the largest value.
+    deepest = 0
+    for _ in range(codec.MAX_DEPTH):
+        deepest = (deepest,)
+    for value in (deepest, list(range(codec.MAX_ITEMS - 1)), [(i, i) for i in range(codec.MAX_ITEMS // 3)]):
+        line = json.dumps({"i": 0, "ok": True, "value": codec.encode(value)}).encode()
+        assert codec.decode(ValueBudget().decode(line)["value"]) == value
+    assert MAX_NESTING >= 2 * codec.MAX_DEPTH and MAX_RESULT_VALUES >= 3 * codec.MAX_ITEMS
+
+
+def test_a_slot_that_fails_is_replaced_and_the_job_run_again():
+    """The sandbox's own failure (here its monitor is killed while a job runs) is retried on a
+    fresh slot; only a failure that repeats is an internal_error."""
+    with Sandbox(workers=1, limits=LIMITS) as pool:
+        monitor = pool._slots[0].proc.pid
+        killer = threading.Timer(0.3, os.kill, (monitor, 9))
+        killer.start()
+        v = score_code(
+            problem(),
+            "```python\nimport time\ndef f(a, b):\n    time.sleep(0.6)\n    return a + b\n```",
+            pool,
+        )
+        killer.join()
+        assert v.status == PASSED, v
+        assert pool._slots[0].proc.pid != monitor
+        # Killed on both runs: reported, not retried for ever.
+        stop = threading.Event()
+
+        def kill_every_monitor() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(OSError, IndexError):
+                    os.kill(pool._slots[0].proc.pid, 9)
+                time.sleep(0.05)
+
+        assassin = threading.Thread(target=kill_every_monitor)
+        assassin.start()
+        try:
+            v = score_code(
+                problem(),
+                "```python\nimport time\ndef f(a, b):\n    time.sleep(1)\n    return a + b\n```",
+                pool,
+            )
+        finally:
+            stop.set()
+            assassin.join()
+        assert v.status == INTERNAL_ERROR, v
+    assert not wait_for_no_leftovers()
 
 
 def test_deep_recursion(sandbox):
@@ -1132,15 +1280,17 @@ def test_syscall_filter_numbers_are_the_kernels(column):
         **syscall_filter.DENIED_IPC,
         **syscall_filter.DENIED_ON_SHARED_HOST,
         **syscall_filter.CHECKED_ARGS,
+        **{name: numbers for name, (numbers, _, _) in syscall_filter.ARG_CHECKS.items()},
     }
     for name, columns in table.items():
         assert columns[column] == numbers.get(name), name  # None where the architecture lacks it
 
 
-def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+def run_bpf(program: bytes, nr: int, arch: int, *args: int) -> int:
     """What the kernel's seccomp would answer: classic BPF over struct seccomp_data (the opcodes
     the filter uses; anything else fails the test)."""
-    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    args = (*args, 0, 0, 0, 0, 0, 0)[:6]
+    data = struct.pack("=iIQ6Q", nr, arch, 0, *args)
     insns = [struct.unpack_from("=HBBI", program, i) for i in range(0, len(program), 8)]
     pc, acc = 0, 0
     while True:
@@ -1179,7 +1329,14 @@ def test_syscall_filter_answers_every_system_call_number_as_the_table_says(
     nr_of = {name: numbers[column] for name, numbers in syscall_filter.CHECKED_ARGS.items()}
     clone, clone3, socket_nr = nr_of["clone"], nr_of["clone3"], syscall_filter.DENIED["socket"][column]
     own_process_only = {nr_of["tgkill"], nr_of["rt_tgsigqueueinfo"]} if shared_host else set()
-    for nr in set(range(1024)) - {clone} - own_process_only:  # those depend on an argument: below
+    by_value = {
+        numbers[column]: (arg, values)
+        for numbers, arg, values in syscall_filter.ARG_CHECKS.values()
+        if numbers[column] is not None
+    }
+    for nr in (
+        set(range(1024)) - {clone} - own_process_only - set(by_value)
+    ):  # those depend on an argument: below
         want = EPERM_RET if nr in refused else ENOSYS_RET if nr == clone3 else ALLOW
         assert run_bpf(program, nr, arch) == want, nr
     thread_flags = 0x3D0F00  # what glibc's pthread_create passes to clone
@@ -1191,6 +1348,20 @@ def test_syscall_filter_answers_every_system_call_number_as_the_table_says(
     for nr in own_process_only:  # raise() and abort() signal the process itself
         assert run_bpf(program, nr, arch, pid) == ALLOW
         assert run_bpf(program, nr, arch, pid + 1) == EPERM_RET
+    for nr, (arg, values) in by_value.items():  # refused for those values of that argument alone
+        for value in values:
+            refused_args = [0] * 6
+            refused_args[arg] = value
+            assert run_bpf(program, nr, arch, *refused_args) == EPERM_RET, (nr, value)
+            refused_args[arg] = value + (1 << 32)  # the low half is what is compared
+            assert run_bpf(program, nr, arch, *refused_args) == EPERM_RET, (nr, value)
+        for other in {0, 1, 2, 3, 1033, 8} - set(values):  # F_GETFD, F_SETFL... PR_GET_DUMPABLE...
+            allowed_args = [0] * 6
+            allowed_args[arg] = other
+            assert run_bpf(program, nr, arch, *allowed_args) == ALLOW, (nr, other)
+            allowed_args[1 - arg] = values[0]  # the value in another argument does not count
+            allowed_args[arg] = other
+            assert run_bpf(program, nr, arch, *allowed_args) == ALLOW, (nr, other)
     assert bool(compiled.own_pid_at) == shared_host
     assert run_bpf(program, 0, 0x40000003) == EPERM_RET  # i386 (int 0x80 on x86-64), or any other ABI
     if machine == "x86_64":
@@ -1656,3 +1827,162 @@ def test_a_memory_file_reads_back_what_was_written(size):
         assert read_memory_file(fd) == content  # from its start again, whatever was read before
     finally:
         os.close(fd)
+
+
+NEEDS_FILTER = pytest.mark.skipif(syscall_filter.program() is None, reason="no seccomp filter for this CPU")
+
+LEAVE_CPU_OR_SESSION = """
+import os
+def f():
+    out = {}
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count()))
+        out["affinity"] = "moved"
+    except OSError as e:
+        out["affinity"] = e.errno
+    r, w = os.pipe()
+    if os.fork() == 0:  # a child, which is not a session or group leader yet
+        try:
+            os.setsid()
+            os.write(w, b"new session")
+        except OSError as e:
+            os.write(w, str(e.errno).encode())
+        os._exit(0)
+    os.wait()
+    out["setsid"] = os.read(r, 64).decode()
+    return out
+"""
+
+
+@NEEDS_FILTER
+def test_a_job_s_processes_cannot_leave_its_cpu_or_start_a_session(sandbox):
+    answer = decode_value(call_once(sandbox, LEAVE_CPU_OR_SESSION)["value"])
+    assert answer == {"affinity": errno.EPERM, "setsid": str(errno.EPERM)}
+
+
+STARVE = """
+import os, time
+def f():
+    for _ in range(14):  # up to the process limit, each trying to move to every CPU and spin
+        if os.fork() == 0:
+            for call in (os.setsid, lambda: os.sched_setaffinity(0, range(os.cpu_count()))):
+                try:
+                    call()
+                except OSError:
+                    pass
+            while True:
+                pass
+    time.sleep(3.0)  # while the job beside it runs: within this job's wall clock
+    return 0
+"""
+HONEST = """
+def f(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+"""
+
+
+@NEEDS_FILTER
+@pytest.mark.slow
+def test_a_job_s_spinning_children_do_not_starve_the_job_beside_it():
+    """A submission that keeps spinning children running cannot slow the job on the other slot
+    (past its wall clock, a timeout would raise the attacker's group-relative advantage): they
+    stay on its CPU. Before they could leave it, the job beside them took 8x as long here."""
+    if len(usable := sorted(os.sched_getaffinity(0))) < 2:
+        pytest.skip("needs two CPUs")
+    attacker_limits = replace(LIMITS, cpu_s=4.0, call_timeout=4.0)
+    honest_limits = replace(LIMITS, call_timeout=0.6, cpu_s=0.6)  # a wall clock of 2.2 s a call
+    n = 1
+    while True:  # about a quarter of a CPU second, measured here
+        start = time.process_time()
+        sum(i * i for i in range(n))
+        if time.process_time() - start > 0.25:
+            break
+        n *= 2
+    with Sandbox(workers=2, limits=LIMITS, pin_cpus=True) as pool:
+        assert sorted(slot.cpu for slot in pool._slots) == usable[:2]
+        for _ in range(3):
+            alone = pool.run_calls(HONEST, "f", [[n]], honest_limits)
+            attack = threading.Thread(target=pool.run_calls, args=(STARVE, "f", [[]], attacker_limits))
+            attack.start()
+            time.sleep(0.5)  # its children are spinning
+            beside = pool.run_calls(HONEST, "f", [[n]], honest_limits)
+            attack.join()
+            assert alone.messages[1].get("ok") and beside.messages[1].get("ok"), beside.messages
+            assert beside.wall_s < 4 * alone.wall_s, (beside.wall_s, alone.wall_s)
+    assert not wait_for_no_leftovers()
+
+
+CHANNELS = """
+import ctypes, fcntl, os, struct
+def f():
+    out = {}
+    fd = os.open("/etc/passwd", os.O_RDONLY)  # any file every slot can read
+    def attempt(name, call):
+        try:
+            call()
+            out[name] = "allowed"
+        except OSError as e:
+            out[name] = e.errno
+    attempt("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    attempt("posix lock", lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    probe = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
+    attempt("lock probe", lambda: fcntl.fcntl(fd, fcntl.F_GETLK, probe))
+    attempt("open-file lock", lambda: fcntl.fcntl(fd, 37, probe))  # F_OFD_SETLK
+    attempt("lease", lambda: fcntl.fcntl(fd, 1024, fcntl.F_RDLCK))  # F_SETLEASE
+    directory = os.open("/etc", os.O_RDONLY)
+    attempt("dnotify", lambda: fcntl.fcntl(directory, 1026, 1))  # F_NOTIFY, DN_ACCESS
+    libc = ctypes.CDLL(None, use_errno=True)
+    def inotify():
+        if libc.inotify_init1(0) < 0:
+            raise OSError(ctypes.get_errno(), "inotify")
+    attempt("inotify", inotify)
+    out["ordinary fcntl"] = fcntl.fcntl(fd, fcntl.F_GETFD) >= 0  # still works
+    return out
+"""
+
+
+@NEEDS_FILTER
+def test_jobs_on_different_slots_have_no_lock_or_watch_to_signal_through(sandbox):
+    """Two submissions verified at once could pass bits through locks on a read-only file both
+    can see (or through watches on one), and one copy the other's answers."""
+    answer = decode_value(call_once(sandbox, CHANNELS)["value"])
+    assert answer.pop("ordinary fcntl") is True
+    assert answer == dict.fromkeys(answer, errno.EPERM) and len(answer) == 7, answer
+
+
+DUMPABLE = """
+import ctypes, resource
+def f():
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {"dumpable": libc.prctl(4, 1, 0, 0, 0), "errno": ctypes.get_errno()}  # PR_SET_DUMPABLE
+    out["still"] = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # 0: a pipe to a handler ignores it
+        out["core limit"] = "changed"
+    except ValueError as e:  # how Python reports EPERM here
+        out["core limit"] = str(e)
+    with open("/proc/self/limits") as fh:
+        out["limits"] = [line.split()[-3:-1] for line in fh if line.startswith("Max core file size")]
+    return out
+"""
+
+
+@NEEDS_FILTER
+def test_a_submission_cannot_make_itself_dumpable_or_lift_its_core_limit(sandbox):
+    answer = decode_value(call_once_with(sandbox, DUMPABLE, WITH_PROC)["value"])
+    assert answer == {
+        "dumpable": -1,
+        "errno": errno.EPERM,
+        "still": 0,
+        "core limit": "not allowed to raise maximum limit",
+        "limits": [["1", "1"]],  # a page at least or no core file; for a pipe, 1 means none
+    }
+
+
+def call_once_with(pool: Sandbox, code: str, limits: Limits, *args: object) -> dict:
+    r = pool.run_calls(textwrap.dedent(code), "f", [list(args)], limits)
+    assert r.messages[0] == {"load": "ok"}, r.messages
+    return r.messages[1]

@@ -466,6 +466,33 @@ def test_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, options
     assert any(r["grad_norm"] > 0 and r["reward_std"] > 0 for r in straight.metrics)
 
 
+class _RunsCode:
+    """Pickled, it calls a function when unpickled: what a crafted checkpoint file would hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("part", ["rng.pt", "optimizer.pt", "scheduler.pt"])
+def test_resuming_a_run_directory_someone_handed_over_runs_none_of_its_code(tmp_path, part):
+    """A checkpoint's .pt files load as weights only (tensors and plain containers): one carrying
+    a pickled call is refused with a one-line error, the call is never made, and nothing in the
+    run directory changes."""
+    train(small(tmp_path))
+    step = tmp_path / "run/checkpoints/step-2"
+    marker = tmp_path / "code-ran"
+    original = torch.load(step / part, weights_only=True)
+    torch.save({"payload": _RunsCode(marker), "state": original}, step / part)
+    before = files_in(tmp_path / "run")
+    with pytest.raises(UserError, match=f"cannot resume from .*step-2: its {part} is damaged or unreadable"):
+        train(small(tmp_path, steps=3, resume=True))
+    assert not marker.exists()
+    assert files_in(tmp_path / "run") == before
+
+
 def test_a_checkpoint_resumes_only_in_the_precision_it_was_trained_in(tmp_path):
     """A run started on a CPU (--dtype auto: fp32) and resumed where auto means bf16 (a GPU) has
     no float32 master weights to restore, and the other way round: one line saying which --dtype
@@ -502,7 +529,10 @@ def test_a_learning_rate_given_with_resume_applies_from_the_next_step(tmp_path):
         checkpoint = load_file(out / "checkpoints/step-2/model/model.safetensors")
         for run, same in ((out, True), (tmp_path / f"{dtype}-old-rate", False)):
             final = load_file(run / "final_model/model.safetensors")
-            assert all(torch.equal(final[k], v) for k, v in checkpoint.items()) is same, (dtype, run)
+            moved_by = max(float((final[k].float() - v.float()).abs().max()) for k, v in checkpoint.items())
+            # A weight at 0 whose gradient is rounding noise (the keys' bias: softmax ignores it)
+            # moves by about the rate itself, 1e-30: "still" is within that, not bit-equal.
+            assert (moved_by < 1e-20) is same, (dtype, run, moved_by)
 
 
 def test_a_time_budget_ends_the_run_like_its_last_step(tmp_path):

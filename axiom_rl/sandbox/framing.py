@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import socket
 import time
@@ -14,18 +15,85 @@ import time
 # that are not UTF-8 fail as ValueError, as malformed JSON does.
 _decoder = json.JSONDecoder()
 
+# How deep a line from a candidate may nest its JSON: codec.MAX_DEPTH levels of values, each of
+# which may take two JSON levels (a tuple is {"$t": [...]}), and the message around them.
+MAX_NESTING = 2 * 100 + 8
+# JSON values (numbers, strings, lists, objects) that all of one job's result lines may hold
+# together: what the trusted side decodes is bounded by this, not only by the bytes. Each value
+# the codec sends takes one to three (a tuple: an object, a list, its items), and the codec sends
+# at most a million in one result.
+MAX_RESULT_VALUES = 3_000_000
+
 
 def decode_line(line: bytes) -> object:
-    """One JSON value from one line (ValueError if it is not one)."""
+    """One JSON value from one line (ValueError if it is not one, or nests too deep to decode)."""
     text = line.decode("utf-8", "surrogatepass")
     # raw_decode alone for a line that is exactly one value, as ours are: decode() matches a
     # pattern for white space before and after it too, half its time on these short lines.
     # Anything else goes to decode(), which accepts or refuses it as json.loads would.
     try:
-        value, end = _decoder.raw_decode(text)
-    except ValueError:
-        return _decoder.decode(text)
-    return value if end == len(text) else _decoder.decode(text)
+        try:
+            value, end = _decoder.raw_decode(text)
+        except ValueError:
+            return _decoder.decode(text)
+        return value if end == len(text) else _decoder.decode(text)
+    except RecursionError:  # a line nested deeper than the interpreter's stack allows
+        raise ValueError("nested too deep") from None
+
+
+class ValueBudget:
+    """What an untrusted writer's lines may still hold, over all the lines of one job: decoding
+    a line that would take more, or nest deeper than MAX_NESTING, fails with ValueError before
+    anything of it is decoded.
+
+    A 31 MB line of empty lists decodes to some 10 million objects (1.6 GB in the parent that
+    decoded a candidate's report, and seconds of its time) though every byte was within limits;
+    a 2 KB line of nested brackets ran the decoder out of stack. A line holds at most as many
+    values as it has commas and opening brackets, plus one, and nests at most as deep as it has
+    opening brackets: counted in the bytes first (C speed), which settles ordinary results; a
+    line those counts do not settle is counted again without its strings (whose brackets and
+    commas are text), in time linear in its length (_bare, _nesting)."""
+
+    def __init__(self, values: int = MAX_RESULT_VALUES, nesting: int = MAX_NESTING) -> None:
+        self.values, self.nesting = values, nesting
+
+    def decode(self, line: bytes) -> object:
+        opens = line.count(b"[") + line.count(b"{")
+        most = opens + line.count(b",") + 1
+        if opens > self.nesting or most > self.values:
+            bare = _bare(line)
+            opens = bare.count(b"[") + bare.count(b"{")
+            most = opens + bare.count(b",") + 1
+            if most > self.values:
+                raise ValueError("results hold too many values")
+            if opens > self.nesting and _nesting(bare, self.nesting) > self.nesting:
+                raise ValueError("results nest too deep")
+        value = decode_line(line)
+        self.values -= most
+        return value
+
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+def _bare(line: bytes) -> bytes:
+    """`line` without what its JSON strings hold: escapes first (a backslash and the byte after
+    it, left to right, so an escaped backslash before a quote leaves the quote), then every
+    other stretch between quotes. Linear: no pattern that can rescan the line."""
+    return b"".join(_ESCAPE.sub(b"", line).split(b'"')[0::2])
+
+
+def _nesting(bare: bytes, most: int) -> int:
+    """How deep the brackets of `bare` (a line without its strings) nest, counted up to `most + 1`:
+    each pass removes the innermost pair of every nest."""
+    brackets = bare.translate(None, _NOT_BRACKETS)
+    for depth in range(most + 1):
+        if not brackets:
+            return depth
+        brackets = _INNERMOST.sub(b"", brackets)  # one scan: a pair it makes is the next pass's
+    return most + 1
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -66,8 +134,12 @@ def send_line(fd: int, obj: object) -> None:
 class LineReader:
     """Newline-framed JSON from a file descriptor, with a cap on the bytes it will take."""
 
-    def __init__(self, fd: int, max_bytes: int = 64 << 20, take_fds: bool = False) -> None:
+    def __init__(
+        self, fd: int, max_bytes: int = 64 << 20, take_fds: bool = False, budget: ValueBudget | None = None
+    ) -> None:
+        """`budget`: lines from an untrusted writer are decoded within it (see ValueBudget)."""
         self.fd, self.total, self.max_bytes, self.eof = fd, 0, max_bytes, False
+        self.budget = budget
         # What arrived and was not popped yet, in the pieces read, joined only once a line is
         # complete: a line of many megabytes arrives in many reads, and growing one bytes object
         # by each copied (and searched) all of it again.
@@ -105,7 +177,7 @@ class LineReader:
         line, _, rest = b"".join(self.parts).partition(b"\n")
         self.parts = [rest] if rest else []
         self.complete = b"\n" in rest
-        return decode_line(line)
+        return decode_line(line) if self.budget is None else self.budget.decode(line)
 
     def read(self, timeout: float | None) -> object | None:
         """Block for the next message; None on EOF or timeout (see .eof)."""

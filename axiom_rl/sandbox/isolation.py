@@ -77,6 +77,11 @@ SYSTEM_DIRS = (
 )
 MNT_DETACH = 2
 NAMESPACED_WORKDIR = "/tmp"  # with namespaces, a job's directory: its own tmpfs there
+# Where the interpreter's directories that lie under a scratch directory appear in the view of the
+# tree (see moved_python_dirs): one numbered directory each.
+MOVED_PYTHON_ROOT = "/.python"
+# The package this module belongs to: two levels up (axiom_rl/sandbox/isolation.py).
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -156,7 +161,7 @@ def isolate(cfg: dict, limits: dict, uid: int | None, workdir: str, fresh_mounts
     os.chdir(workdir)  # the environment is already the submission's: see submission_environment
     if not cfg["namespaces"]:
         reach_through_handles(cfg["path_handles"])
-        _install_audit_guard()
+        _install_audit_guard(cfg["hidden_dirs"])
 
 
 def submission_environment(workdir: str) -> None:
@@ -368,9 +373,15 @@ def mount_template(cfg: dict) -> tuple[int, list[int]]:
     def prepare() -> list[int]:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
         if cfg["visible_dirs"]:
-            _visible_root(cfg["visible_dirs"], cfg["scratch_dirs"])
+            _visible_root(cfg["visible_dirs"], cfg["scratch_dirs"], cfg["moved_python"])
         else:
             cover_blocked_dirs(cfg["blocked_dirs"], cfg["python_paths"])
+        for path in cfg["hidden_dirs"]:
+            hidden = cfg["moved_python"].get(path, path)  # (inside a moved directory: moved too)
+            for old, new in cfg["moved_python"].items():
+                if is_within(path, old):
+                    hidden = new + path[len(old) :]
+            mount("tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4k,nr_inodes=2")
         _minimal_dev(cfg["scratch_dirs"], proc_links=not slot_scratch)
         if slot_scratch:
             _check(_libc.umount2(b"/proc", MNT_DETACH), "detaching /proc")  # an empty directory now
@@ -386,13 +397,14 @@ def mount_template(cfg: dict) -> tuple[int, list[int]]:
     return _prepared_namespace(CLONE_NEWNS, "mnt", prepare, descriptors)
 
 
-def _visible_root(visible: list[str], mount_points: list[str]) -> None:
+def _visible_root(visible: list[str], mount_points: list[str], moved: dict[str, str]) -> None:
     """Make this mount namespace's root a tmpfs that holds `visible` alone, each bound from the
     host's tree with whatever is mounted under it (a top-level symbolic link such as /bin ->
     usr/bin is copied as a link), and empty directories at `mount_points`; then detach the host's
     root. A submission that knows where a problem file or a run's outputs are still finds
     nothing there: permissions would not stop it, since such files are usually world-readable
-    (and, without root, it runs as their owner)."""
+    (and, without root, it runs as their owner). A directory of `visible` that `moved` names is
+    bound at the path it maps to instead of its own (see moved_python_dirs)."""
     links, handles = {}, {}
     for path in visible:
         if os.path.islink(path) and os.path.dirname(path) == "/":
@@ -404,8 +416,9 @@ def _visible_root(visible: list[str], mount_points: list[str]) -> None:
     for path, target in links.items():
         os.symlink(target, staging + path)
     for path, fd in handles.items():
-        os.makedirs(staging + path, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", staging + path, None, MS_BIND | MS_REC)
+        target = staging + moved.get(path, path)
+        os.makedirs(target, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
         os.close(fd)
     for path in mount_points:  # those inside a bound directory are made there later (/dev/shm)
         if not any(is_within(path, top) for top in handles):
@@ -485,7 +498,10 @@ def apply_limits(limits: dict, nproc: bool) -> None:
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_FSIZE, ((limits["disk_mb"] << 20),) * 2),
         (resource.RLIMIT_NOFILE, (256, 256)),
-        (resource.RLIMIT_CORE, (0, 0)),
+        # 1, not 0: the kernel writes no core file under a page, and where the host's core
+        # pattern pipes to a program it ignores RLIMIT_CORE, but for 1 (its mark for a crash
+        # of the core handler itself). The seccomp filter keeps the submission from changing it.
+        (resource.RLIMIT_CORE, (1, 1)),
     ):
         resource.setrlimit(res, value)
     if nproc:
@@ -493,8 +509,10 @@ def apply_limits(limits: dict, nproc: bool) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
 
 
-def _install_audit_guard() -> None:
-    """Weak mode only: refuse sockets, new programs and ctypes from Python code.
+def _install_audit_guard(hidden: list[str]) -> None:
+    """Weak mode only: refuse sockets, new programs and ctypes from Python code, and opening files
+    in `hidden` (axiom-rl's own directories, which Landlock cannot take out of the interpreter's
+    that it lets a submission read).
 
     Audit hooks cannot be removed from Python, but native code could get around them: that is
     why this mode is reported as weaker.
@@ -514,6 +532,10 @@ def _install_audit_guard() -> None:
     def hook(event: str, args: tuple) -> None:
         if event.startswith(blocked):
             raise PermissionError(f"{event} is not allowed in the sandbox")
+        if event == "open" and isinstance(args[0], (str, bytes)):
+            path = os.path.realpath(os.fsdecode(args[0]))
+            if any(is_within(path, top) for top in hidden):
+                raise PermissionError(f"{path} is not readable in the sandbox")
 
     sys.addaudithook(hook)
 
@@ -653,6 +675,53 @@ def _interpreter_dirs() -> list[str]:
     spelled |= {sysconfig.get_path(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     return _outermost(
         {p for s in spelled if s and os.path.isdir(s) for p in (os.path.abspath(s), os.path.realpath(s))}
+    )
+
+
+def moved_python_dirs(under_scratch: list[str]) -> dict[str, str]:
+    """Where each of the interpreter's directories that lie under a scratch directory (a venv in
+    a project cloned under /tmp) appears in a submission's view: MOVED_PYTHON_ROOT/0, /1, ...
+
+    Bound at its own path, it showed inside the submission's own /tmp, which must hold only what
+    the submission writes there (and is emptied between jobs)."""
+    return {path: f"{MOVED_PYTHON_ROOT}/{i}" for i, path in enumerate(under_scratch)}
+
+
+def use_moved_python(moved: dict[str, str]) -> None:
+    """In a candidate whose interpreter directories moved (moved_python_dirs): import from where
+    they are now. The paths the interpreter was started with are rewritten; what it already
+    imported stays loaded as it was."""
+
+    def here(path: str) -> str:
+        for old, new in moved.items():
+            if is_within(path, old):
+                return new + path[len(old) :]
+        return path
+
+    sys.path[:] = [here(p) for p in sys.path]
+    for name in ("prefix", "exec_prefix", "base_prefix", "base_exec_prefix", "executable"):
+        setattr(sys, name, here(getattr(sys, name)))
+    sys.path_importer_cache.clear()
+
+
+def package_dirs_within(visible: list[str]) -> list[str]:
+    """axiom-rl's own directories that lie within `visible`: the package (as spelled and as
+    resolved) and, beside it, its installed metadata. Covered in a submission's view."""
+    spelled = {PACKAGE_DIR, os.path.realpath(PACKAGE_DIR)}
+    found = set()
+    for package in spelled:
+        parent = os.path.dirname(package)
+        with contextlib.suppress(OSError):
+            found.update(
+                os.path.join(parent, name)
+                for name in os.listdir(parent)
+                if name.startswith(("axiom_rl-", "axiom_rl.")) and name.endswith((".dist-info", ".egg-info"))
+            )
+        found.add(package)
+    return sorted(
+        path
+        for path in found
+        if os.path.isdir(path) and not os.path.islink(path) and any(is_within(path, v) for v in visible)
     )
 
 

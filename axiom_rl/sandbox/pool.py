@@ -3,8 +3,9 @@
 `Sandbox` starts one `server.py` process per slot (interpreter start-up and imports paid once per
 slot, not per job) and keeps a socket to each. At most `workers` jobs run at once (default: the
 number of CPUs this process may use); a job takes a free slot, sends one JSON line and reads one
-back. A monitor that dies or stops answering is killed and started again; the job it was running
-gets an `internal_error` (the verifier's fault, never the submission's). With one slot per CPU
+back. A monitor that dies or stops answering is killed and started again, and the job it was
+running is run again on the fresh one; a job whose second run fails too gets an `internal_error`
+(the verifier's fault, never the submission's). With one slot per CPU
 (the default), each slot's processes keep to a CPU of their own (slot_cpus). Thread-safe.
 """
 
@@ -86,6 +87,7 @@ class RunResult:
 
     messages: list[Any]
     reason: str = ""
+    why: str = ""  # what was wrong with the results, where `reason` is "protocol"
     # How the candidate ended ({"code", "signal"}), where it stopped before reporting everything;
     # None where it reported everything (its end then overlaps the report: server.Forker).
     exit: dict[str, Any] | None = None
@@ -341,7 +343,18 @@ class Sandbox:
     def _run(self, job: dict[str, Any], limits: Limits, tests: dict[str, Any] | None = None) -> RunResult:
         """Run `job` on a free slot. `tests` (assert-style: test code and prelude) travel in a
         memory file that the monitor hands to its judge unread: never in the monitor's memory,
-        which each candidate starts as a copy of."""
+        which each candidate starts as a copy of.
+
+        A slot that fails (its monitor dies or stops answering) is replaced and the job run again
+        on a fresh one, once: only a failure that repeats is reported as an internal_error. Nothing
+        a submission sends can make its monitor fail (its lines are decoded within a budget: see
+        framing.ValueBudget), so what repeats is the sandbox's own fault."""
+        result = self._run_once(job, limits, tests)
+        if result.internal_error and not self._closed:
+            result = self._run_once(job, limits, tests)
+        return result
+
+    def _run_once(self, job: dict[str, Any], limits: Limits, tests: dict[str, Any] | None) -> RunResult:
         if not self._started:
             self.start()
         slot = self._free.get()
@@ -365,6 +378,7 @@ class Sandbox:
             return RunResult(
                 messages=report["messages"],
                 reason=report["reason"],
+                why=str(report.get("why", "")),
                 exit=report["exit"],
                 judge_exit=report.get("judge_exit"),
                 output=report["output"],

@@ -52,7 +52,7 @@ import codec
 import judging
 import syscall_filter
 from candidate import candidate_io, candidate_rpc, warm_up
-from framing import LineReader, memory_file, read_memory_file, send_line
+from framing import LineReader, ValueBudget, memory_file, read_memory_file, send_line
 from isolation import (
     CLONE_NEWPID,
     NAMESPACED_WORKDIR,
@@ -72,6 +72,8 @@ from isolation import (
     isolate,
     keep_only_fds,
     mount_template,
+    moved_python_dirs,
+    package_dirs_within,
     prctl,
     probe_namespaces,
     probe_syscall_filter,
@@ -82,6 +84,7 @@ from isolation import (
     submission_environment,
     system_and_interpreter_dirs,
     unshare,
+    use_moved_python,
     uses_slot_scratch,
     weak_mode_landlock,
 )
@@ -213,7 +216,7 @@ def judge(job: dict, sock_fd: int) -> dict:
     """Run the trusted test code against the candidate; return how many tests passed."""
     limits = job["limits"]
     wall = limits["call_timeout"] * limits["wall_factor"] + 1.0
-    reader = LineReader(sock_fd, limits["result_mb"] << 20)
+    reader = LineReader(sock_fd, limits["result_mb"] << 20, budget=ValueBudget())
     try:
         status = reader.read(wall)
     except ValueError:
@@ -377,10 +380,10 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
     # machine does not turn correct programs into timeouts.
     wall_total = limits["cpu_s"] * limits["wall_factor"] + 1.0
     wall_call = limits["call_timeout"] * limits["wall_factor"] + 1.0
-    reader = LineReader(res_r, limits["result_mb"] << 20)
+    reader = LineReader(res_r, limits["result_mb"] << 20, budget=ValueBudget())
     messages: list = []
     output = bytearray()
-    out_open, reason, finished = True, "", False
+    out_open, reason, why, finished = True, "", "", False
     last_progress = time.monotonic()
     while not finished:
         now = time.monotonic()
@@ -412,8 +415,8 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
                 ):
                     finished = True
                     break
-        except ValueError:
-            reason = "protocol"
+        except ValueError as e:  # not JSON, or more than the job's results may hold (ValueBudget)
+            reason, why = "protocol", str(e)[:200]
             break
         if reader.eof and not finished:
             break
@@ -432,6 +435,7 @@ def run_job(job: dict, cfg: dict, tests_fd: int = -1) -> dict:
     return {
         "messages": messages,
         "reason": reason,
+        "why": why,
         "exit": exit_info,
         "judge_exit": judge_exit,
         "output": output[:2000].decode("utf-8", "replace"),
@@ -570,6 +574,8 @@ def run_candidate(spec_fd: int, channel: int, out_w: int, cfg: dict) -> None:
     keep_only_fds([channel, out_w, *_slot_fds_for_candidates(cfg)])
     redirect_stdio(out_w)
     isolate(cfg, limits, uid, workdir, fresh_mounts=not uses_slot_scratch(cfg, limits))
+    if cfg["moved_python"]:
+        use_moved_python(cfg["moved_python"])
     (candidate_io if job["mode"] == "io" else candidate_rpc)(job, channel)
 
 
@@ -644,13 +650,23 @@ def configure(settings: dict) -> tuple[dict, str]:
     cfg["visible_dirs"] = (
         system_and_interpreter_dirs() if namespaces and syscall_filter.number("pivot_root") else []
     )  # left empty where this machine's pivot_root number is not known here (isolation.mount_template)
-    cfg["python_under_scratch"] = [
+    under_scratch = [
         p for p in cfg["visible_dirs"] or paths if any(is_within(p, d) for d in cfg["scratch_dirs"])
-    ]  # bound back over each job's scratch tmpfs (isolate)
+    ]
+    # An interpreter under a scratch directory (a venv in a clone under /tmp): in the view of the
+    # tree it moves to a directory of its own (moved_python_dirs), so that the submission's /tmp
+    # holds nothing but what it writes; each candidate then imports from there (use_moved_python).
+    # In the host-tree view, bound back over each job's scratch tmpfs instead (isolate).
+    cfg["moved_python"] = moved_python_dirs(under_scratch) if cfg["visible_dirs"] else {}
+    cfg["python_under_scratch"] = [] if cfg["visible_dirs"] else under_scratch
+    # axiom-rl itself, wherever it is installed within the view (site-packages, after a plain
+    # `pip install`): its tasks hold their reference solutions, which a submission could import.
+    cfg["hidden_dirs"] = package_dirs_within(cfg["visible_dirs"] or ["/"])
     # Started as root, the slot keeps its own scratch tmpfs mounts in the template, emptied after
     # each job (isolation.uses_slot_scratch). Not in a user namespace, where the candidate would
     # have the capabilities to change the template it shared; nor where a job needs mounts of
-    # its own anyway (an interpreter under a scratch directory, a /dev/null that is a plain file).
+    # its own anyway (an interpreter bound back under a scratch directory, a /dev/null that is a
+    # plain file).
     shared = root and namespaces and not cfg["python_under_scratch"] and not cfg["null_is_a_file"]
     cfg["slot_scratch_mb"] = int(settings.get("scratch_mb") or 0) if shared and cfg["scratch_dirs"] else 0
     cfg["mount_template"], cfg["slot_scratch"] = mount_template(cfg) if namespaces else (-1, [])

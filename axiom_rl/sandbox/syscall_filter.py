@@ -98,6 +98,17 @@ DENIED: dict[str, tuple[int | None, int | None]] = {  # name: (x86_64, aarch64)
     "fanotify_init": (300, 262),
     "iopl": (172, None),
     "ioperm": (173, None),
+    # Channels between jobs that run at once on different worker slots (other uids, other
+    # namespaces), through files both can read: a lock on a read-only file, or a watch that
+    # tells when the other opens or reads one (fcntl's locks, leases and F_NOTIFY: ARG_CHECKS).
+    "flock": (73, 32),
+    "inotify_init": (253, None),
+    "inotify_init1": (294, 26),
+    "inotify_add_watch": (254, 27),
+    # Leaving the worker slot's CPU, which a job's spinning children used to starve the job
+    # verified beside it; and leaving the job's session.
+    "sched_setaffinity": (203, 122),
+    "setsid": (112, 157),
 }
 # Refused too where the submission shares the host's pid space and file system (no namespaces):
 # there the uid may be the caller's own, and Python audit hooks, which native code can get
@@ -135,6 +146,21 @@ DENIED_IPC: dict[str, tuple[int | None, int | None]] = {
     "mq_notify": (244, 184),
     "mq_getsetattr": (245, 185),
 }
+# System calls refused for some values of one argument: name -> ((x86_64, aarch64), the
+# argument's index, the values refused). Its low 32 bits are compared.
+F_LOCKS = (5, 6, 7, 36, 37, 38)  # F_GETLK, F_SETLK, F_SETLKW and their open-file (OFD) forms
+F_SETLEASE, F_GETLEASE, F_NOTIFY = 1024, 1025, 1026
+PR_SET_DUMPABLE = 4
+RLIMIT_CORE = 4
+ARG_CHECKS: dict[str, tuple[tuple[int | None, int | None], int, tuple[int, ...]]] = {
+    "fcntl": ((72, 25), 1, (*F_LOCKS, F_SETLEASE, F_GETLEASE, F_NOTIFY)),
+    # Dumpable again, a crash could write a core file where the host's core pattern pipes to a
+    # program (RLIMIT_CORE does not hold a pipe back, but for the value 1 the sandbox sets, which
+    # the submission may not change).
+    "prctl": ((157, 167), 0, (PR_SET_DUMPABLE,)),
+    "setrlimit": ((160, 164), 0, (RLIMIT_CORE,)),
+    "prlimit64": ((302, 261), 1, (RLIMIT_CORE,)),
+}
 CHECKED_ARGS: dict[str, tuple[int, int]] = {
     "clone": (56, 220),
     "clone3": (435, 435),
@@ -155,6 +181,7 @@ _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _NR, _ARCH_OFFSET, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0's low half, little-endian)
+_ARG_SIZE = 8  # each argument is 64 bits; the low half of argument i is at _ARG0 + 8 i
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 
@@ -208,7 +235,12 @@ def program(machine: str | None = None, shared_host: bool = False) -> Program | 
     checked = {name: numbers[col] for name, numbers in CHECKED_ARGS.items()}
     if not shared_host:
         del checked["tgkill"], checked["rt_tgsigqueueinfo"]
-    keys = sorted([*refused, *checked.values()])
+    by_value = {
+        numbers[col]: (arg, values)
+        for numbers, arg, values in ARG_CHECKS.values()
+        if numbers[col] is not None
+    }
+    keys = sorted([*refused, *checked.values(), *by_value])
     x32 = col == 0  # x86-64: x32 calls carry a high bit on its own numbers
     tree = 5 if x32 else 4  # where the search starts
     tail = tree + 2 * len(keys) - 1  # the endings follow it
@@ -225,6 +257,12 @@ def program(machine: str | None = None, shared_host: bool = False) -> Program | 
         if name in checked:
             targets[checked[name]] = tail + len(checks)
             checks += [(_LD_W_ABS, _ARG0, 0, 0), (_JEQ_K, OWN_PID, "allow", "eperm")]  # its own pid
+    for nr, (arg, values) in sorted(by_value.items()):
+        targets[nr] = tail + len(checks)
+        checks.append((_LD_W_ABS, _ARG0 + _ARG_SIZE * arg, 0, 0))
+        for i, value in enumerate(values):  # refused if equal to one, else on to the next
+            last = i == len(values) - 1
+            checks.append((_JEQ_K, value, "eperm", "allow" if last else tail + len(checks) + 1))
     returns = {"enosys": _RET_ERRNO | errno.ENOSYS, "allow": _RET_ALLOW, "eperm": _RET_ERRNO | errno.EPERM}
     ends = {name: tail + len(checks) + i for i, name in enumerate(returns)}
     head = [
@@ -285,7 +323,8 @@ def number(name: str, machine: str | None = None) -> int | None:
     """The number of system call `name` on this machine's architecture (None where this module
     has no table for it, or the call is not in one)."""
     arch = _ARCH.get(machine or platform.machine())
-    numbers = {**DENIED, **DENIED_IPC, **DENIED_ON_SHARED_HOST, **CHECKED_ARGS}.get(name)
+    checked_by_value = {name: numbers for name, (numbers, _, _) in ARG_CHECKS.items()}
+    numbers = {**DENIED, **DENIED_IPC, **DENIED_ON_SHARED_HOST, **CHECKED_ARGS, **checked_by_value}.get(name)
     return None if arch is None or numbers is None else numbers[arch[0]]
 
 

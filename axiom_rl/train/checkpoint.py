@@ -220,7 +220,7 @@ def load_checkpoint(
     try:
         state = json.loads((path / part).read_text())  # first: the cheapest to find damaged
         part = "rng.pt"
-        ranks = torch.load(path / part, weights_only=False)["ranks"]
+        ranks = torch.load(path / part, weights_only=True)["ranks"]
         if len(ranks) != world:  # each process's problem stream continues its own share
             raise UserError(
                 f"checkpoint {path} was written by {len(ranks)} process(es), not {world}; resume with as many"
@@ -228,11 +228,11 @@ def load_checkpoint(
         part = "model"
         load_model_weights(model, path / part, lora)
         part = "optimizer.pt"
-        saved = torch.load(path / part, weights_only=False)
+        saved = torch.load(path / part, weights_only=True)
         check_same_precision(saved, optimizer, model)
         optimizer.load_state_dict(saved)
         part = "scheduler.pt"
-        scheduler.load_state_dict(torch.load(path / part, weights_only=False))
+        scheduler.load_state_dict(torch.load(path / part, weights_only=True))
         set_rng_state(ranks[rank])
     except UserError:
         raise

@@ -8,9 +8,10 @@ Each stage is a call with a plain result; the algorithm choices are names looked
 registries (`compute_advantages`, `policy_loss`), never branches here.
 
 Where this departs from textbook GRPO (Shao et al. 2024):
-- A completion whose verification failed for the verifier's own reasons (a crashed sandbox
-  worker: status internal_error) is masked out of the loss and its reward replaced by its group's
-  mean, so it neither teaches nor shifts the baseline; it is counted in `internal_errors`.
+- A completion whose verification failed for the verifier's own reasons (a sandbox worker that
+  failed twice: status internal_error) is scored as a failure, and counted in `internal_errors`.
+  It is not masked out: a policy that could cause one would otherwise turn each of its own
+  failures into a neutral outcome (the sandbox's holes that allowed it are closed, and tested).
 - With `dynamic_sampling`, groups whose rewards are all equal are replaced by fresh prompts, up to
   `dynamic_sampling_rounds` extra rollouts (DAPO, Yu et al. 2025); groups still flat then stay.
 - Log-probs use logits divided by the sampling temperature (as TRL does), so ratios compare
@@ -155,22 +156,10 @@ def start_rollout(
     return PendingRollout(problems, rollout, plan, time.perf_counter() - start, verification)
 
 
-def usable(verdicts: list[Verdict]) -> list[bool]:
-    """False where the verifier failed for its own reasons: never learn from those."""
-    return [v.status != INTERNAL_ERROR for v in verdicts]
-
-
 def group_rewards(scored: Scored, g: int) -> torch.Tensor:
-    """Rewards [B*G], unusable rows replaced by their group's mean over usable rows."""
-    ok = usable(scored.verdicts)
-    out = list(scored.rewards)
-    for start in range(0, len(out), g):
-        good = [out[i] for i in range(start, start + g) if ok[i]]
-        fill = statistics.fmean(good) if good else 0.0
-        for i in range(start, start + g):
-            if not ok[i]:
-                out[i] = fill
-    return torch.tensor(out, dtype=torch.float32)
+    """Rewards [B*G], G consecutive rows per prompt. A row the verifier failed on for its own
+    reasons (internal_error) has the reward of a completion that passed no test."""
+    return torch.tensor(scored.rewards, dtype=torch.float32)
 
 
 def refill_flat_groups(
@@ -552,7 +541,7 @@ def _train(
                 if cfg.dynamic_sampling
                 else 0
             )
-            # 2. rewards -> advantages (unusable rows: masked out, group-mean rewards)
+            # 2. rewards -> advantages
             rewards = group_rewards(scored, cfg.num_generations)
             info = compute_advantages(
                 rewards,
@@ -564,8 +553,6 @@ def _train(
             )
             if batch is None:
                 batch = rollout_batch(scored.rollout, policy)
-            keep = torch.tensor(usable(scored.verdicts), dtype=torch.float32, device=policy.device)
-            batch.completion_mask *= keep.unsqueeze(1)
             advantages = info.advantages.to(policy.device)
             flat_steps = flat_steps + 1 if not bool(info.advantages.any()) else 0
             if flat_steps == STALL_STEPS:
