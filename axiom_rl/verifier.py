@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .sandbox import Limits, RunResult, Sandbox, decode_value, default_sandbox, judging, usable_cpus
+from .tags import fenced_blocks, without_spans
 from .tasks.checkers import run_checker
 from .types import (
     INTERNAL_ERROR,
@@ -35,8 +36,6 @@ from .types import (
     Verdict,
 )
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _CODE_LANGS = {"", "python", "py", "python3", "py3"}
 # The functions a program defines, at any depth: `def NAME(` with only whitespace (and `async`)
 # before it on its line. One pattern for every entry point (a pattern per entry point was
@@ -52,7 +51,7 @@ DETAIL_CHARS = 300
 
 def strip_thinking(text: str) -> str:
     """Drop <think>...</think> sections, and everything up to a closing tag the prompt opened."""
-    text = _THINK.sub("", text)
+    text = without_spans(text, "<think>", "</think>")
     if "</think>" in text:
         text = text.rsplit("</think>", 1)[1]
     return text
@@ -67,7 +66,7 @@ def extract_code(completion: str, entry_point: str | None = None) -> str | None:
     (def, class, import, from, @) to the end.
     """
     text = strip_thinking(completion)
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    blocks = [(lang.lower(), body) for lang, body in fenced_blocks(text)]
     code_blocks = [body for lang, body in blocks if lang in _CODE_LANGS and body.strip()]
     if code_blocks:
         if entry_point:
@@ -98,12 +97,27 @@ def _parses(text: str) -> bool:
 
 
 def has_fenced_function(completion: str, entry_point: str | None) -> bool:
-    """A fenced Python block (outside <think>) that defines `entry_point` (any block if None)."""
+    """A fenced Python block (outside <think>) that parses and defines `entry_point` as a function
+    (any block if None). Parsed, not matched: `def f(` inside a string literal defines nothing."""
     text = strip_thinking(completion)
-    for lang, body in _FENCE.findall(text):
-        if lang.lower() in _CODE_LANGS and (entry_point is None or _defines(body, entry_point)):
+    for lang, body in fenced_blocks(text):
+        if lang.lower() not in _CODE_LANGS:
+            continue
+        if entry_point is None or (_defines(body, entry_point) and _defines_function(body, entry_point)):
             return True
     return False
+
+
+def _defines_function(code: str, entry_point: str) -> bool:
+    """`code` parses, and defines a function named `entry_point` (at any depth)."""
+    try:
+        tree = ast.parse(code, filename="<completion>")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point
+        for node in ast.walk(tree)
+    )
 
 
 def _defines(code: str, entry_point: str) -> bool:

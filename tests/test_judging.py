@@ -156,6 +156,36 @@ def test_a_prelude_that_rebinds_a_builtin_the_tests_call_needs_the_judge():
     assert judging.replayable_calls(tests, "add", "from helpers import *\n") is None
 
 
+@pytest.mark.parametrize("route", ["judge", "replayed"])
+def test_partial_credit_only_for_tests_that_called_the_candidate_and_got_an_answer(sandbox, route):
+    """Doing nothing earned partial credit: `assert True` passes whoever the candidate is, and a
+    function returning None passed `assert not candidate(x)`. Neither counts now; a test that
+    calls the candidate through an assignment before its assert still does."""
+    tests = (
+        "def check(candidate):\n"
+        "    assert True, 'debugging aid'\n"
+        "    assert not candidate(0, 0)\n"
+        "    assert candidate(1, 1)\n"
+        "    assert candidate(2, 2) == 4\n"
+        "    x = candidate(3, 3)\n"
+        "    assert x == 6\n"
+        "    assert 1 + 1 == 2\n"
+    )
+    p = assert_problem(tests)
+    run = judged if route == "judge" else replayed
+    if route == "replayed" and judging.replayable_calls(tests, "add", "") is None:
+        p = assert_problem(
+            tests.replace("    x = candidate(3, 3)\n    assert x == 6\n", "    assert candidate(3, 3) == 6\n")
+        )
+    nothing = run(sandbox, p, "def add(a, b):\n    return None")
+    assert (nothing.status, nothing.passed, nothing.total) == (WRONG_ANSWER, 0, 4), nothing
+    assert "returned None where the test checks a truth value" in nothing.detail
+    right = run(sandbox, p, "def add(a, b):\n    return a + b")
+    assert (right.status, right.passed, right.total) == (PASSED, 4, 4), right
+    half = run(sandbox, p, "def add(a, b):\n    return a + b if a > 1 else None")
+    assert (half.passed, half.total) == (2, 4), half
+
+
 # ------------------------------------------------------------------ same verdicts as the judge
 
 CANDIDATES = {
@@ -183,7 +213,9 @@ def test_replayed_tests_give_the_judges_verdict(sandbox, name):
     expected = {"right": PASSED, "wrong": WRONG_ANSWER, "loops on the 2nd call": TIMEOUT}
     assert b.status == expected.get(name, b.status)
     if name == "loops on the 2nd call":
-        assert b.passed == 2  # the 1st call and `assert True`
+        # The 1st call; `assert True` passes too, but without calling the candidate it is not
+        # counted (nor in the total).
+        assert (b.passed, b.total) == (1, HUMANEVAL_STYLE.count("assert ") - 1)
     if name in ("raises", "exits on the 3rd call"):
         assert b.status == RUNTIME_ERROR
 

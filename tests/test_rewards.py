@@ -57,6 +57,12 @@ def test_format_reward():
     assert fmt(CODE, "```python\ndef edit_distance(a, b):\n    return 0\n```", v) == 1.0
     assert fmt(CODE, "def edit_distance(a, b):\n    return 0\n", v) == 0.0
     assert fmt(CD, "<answer>1</answer>", v) == 1.0 and fmt(CD, "1", v) == 0.0
+    # A definition inside a string literal, or in a block that does not parse, defines nothing.
+    in_a_string = '```python\nnote = """\ndef edit_distance(a, b):\n"""\n```'
+    assert fmt(CODE, in_a_string, v) == 0.0
+    assert fmt(CODE, "```python\ndef edit_distance(a, b)\n    return 0\n```", v) == 0.0
+    nested = "```python\nclass S:\n    def edit_distance(self, a, b):\n        return 0\n```"
+    assert fmt(CODE, nested, v) == 1.0
 
 
 def test_length_penalty_is_the_seeds_brevity_factor():

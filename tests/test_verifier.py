@@ -148,6 +148,15 @@ def test_humaneval_canonical_solutions_all_pass_and_stubs_fail(sandbox):
     assert all(v.ok for v in verify_many(problems[:20], bodies, sandbox))
     nones = verify_many(problems, ["    return None\n"] * len(problems), sandbox)
     assert sum(v.ok for v in nones) <= 3
+    # Partial credit for doing nothing: 40 problems gave some (their `assert True` lines, and
+    # `assert not candidate(...)`, which None passed). What is left are the 5 whose tests expect
+    # None somewhere (`assert candidate([]) == None`), and those asserts alone.
+    credited = {p.id: v.passed for p, v in zip(problems, nones) if v.passed}
+    assert set(credited) == {f"HumanEval/{i}" for i in (12, 90, 128, 137, 162)}, credited
+    for p in problems:
+        if p.id in credited:
+            expects_none = [line for line in p.test_code.splitlines() if "== None" in line]
+            assert credited[p.id] <= len(expects_none), p.id
 
 
 @needs_shared_data(HUMANEVAL)

@@ -41,7 +41,8 @@ class Stub:
     obtained (`_exchange`) and why none came (`_no_reply`)."""
 
     def __init__(self) -> None:
-        self.dead, self.calls = "", 0
+        # calls: those answered or failed; attempts: also those refused after the candidate died.
+        self.dead, self.calls, self.attempts = "", 0, 0
 
     def _fail(self, why: str) -> CandidateFailed:
         self.dead = why
@@ -54,6 +55,7 @@ class Stub:
         raise NotImplementedError
 
     def __call__(self, *args: object, **kwargs: object) -> object:
+        self.attempts += 1
         if self.dead:
             raise CandidateFailed(self.dead)
         self.calls += 1
@@ -100,6 +102,9 @@ def instrument(test_code: str) -> tuple[Any, int]:
     owner = check if check is not None else tree
     count, body = 0, []
     for stmt in owner.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Assert):
+                node.test = _truth_tested(node.test)
         if any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
             # The new nodes take the statement's place in the source. (Built here rather than
             # parsed, and located here rather than by ast.fix_missing_locations, which walked the
@@ -123,6 +128,28 @@ def instrument(test_code: str) -> tuple[Any, int]:
             body.append(stmt)
     owner.body = body
     return compile(tree, "<tests>", "exec"), count
+
+
+def _truth_tested(test: ast.expr) -> ast.expr:
+    """`assert f(x)` and `assert not f(x)` test what a call returned for its truth: there the call
+    is wrapped in a check that it returned something, so a function that returns None (one
+    that does nothing) does not pass `assert not candidate(x)`. Every other assert as it was."""
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    call = test.operand if negated else test  # type: ignore[attr-defined]
+    if not isinstance(call, ast.Call):
+        return test
+    at = {k: getattr(call, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
+    wrapped = ast.Call(ast.Name("__axiom_returned__", ast.Load(), **at), [call], [], **at)
+    if negated:
+        test.operand = wrapped  # type: ignore[attr-defined]
+        return test
+    return wrapped
+
+
+def _returned(value: Any) -> Any:
+    if value is None:
+        raise AssertionError("returned None where the test checks a truth value")
+    return value
 
 
 def _check_function(tree: ast.Module) -> ast.FunctionDef | None:
@@ -155,10 +182,21 @@ def run_tests(
 ) -> dict:
     """Run the test code against `stub`; the report says how many tests passed and why others did
     not. The candidate's load status has been checked already. `names` are put in the tests'
-    namespace before they run."""
+    namespace before they run.
+
+    A test statement that passed without the candidate having been called since the previous
+    one ended (HumanEval's `assert True` lines, checks of the test's own helpers) is not
+    counted, passed or in the total: it would give any submission, one that does nothing
+    included, partial credit."""
     outcomes: dict[int, str] = {}
+    uncalled: set[int] = set()  # tests that passed without calling the candidate
+    attempts_before = [0]
 
     def record(i: int, exc: BaseException | None) -> None:
+        called = stub.attempts > attempts_before[0]
+        attempts_before[0] = stub.attempts
+        if exc is None and not called:
+            uncalled.add(i)
         if exc is None:
             outcomes[i] = ""
         elif isinstance(exc, AssertionError):
@@ -170,7 +208,12 @@ def run_tests(
         code, total = _INSTRUMENTED.get_or_make(test_code, instrument)
     except SyntaxError as e:
         return {"load": "ok", "internal": f"the test code does not parse: {e}"}
-    namespace: dict = {"__name__": "__tests__", "__axiom_record__": record, "__builtins__": builtins}
+    namespace: dict = {
+        "__name__": "__tests__",
+        "__axiom_record__": record,
+        "__axiom_returned__": _returned,
+        "__builtins__": builtins,
+    }
     namespace.update(names or {})
     aborted = ""
     try:
@@ -184,13 +227,14 @@ def run_tests(
             namespace["check"](stub)
     except BaseException as e:
         aborted = describe(e)
-    if total == 0:  # nothing to count: passing means the tests ran to the end
-        total, outcomes = 1, {0: aborted}
-    failures = [outcomes.get(i, aborted or "not reached") for i in range(total)]
+    counted = [i for i in range(total) if i not in uncalled]
+    if not counted:  # nothing to count: passing means the tests ran to the end
+        counted, outcomes = [0], {0: aborted}
+    failures = [outcomes.get(i, aborted or "not reached") for i in counted]
     return {
         "load": "ok",
         "passed": sum(1 for f in failures if not f),
-        "total": total,
+        "total": len(counted),
         "errors": [f for f in failures if f][:5],
         "aborted": aborted,
         "candidate": stub.dead,

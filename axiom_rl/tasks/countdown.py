@@ -19,6 +19,7 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Any
 
+from ..tags import tagged_bodies
 from ..types import FORMAT_ERROR, PASSED, RUNTIME_ERROR, SYNTAX_ERROR, WRONG_ANSWER, Problem, Verdict
 from .base import Task
 from .registry import register_task
@@ -115,13 +116,10 @@ class Answer:
     error: str = ""
 
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
 def extract_answer(completion: str) -> str | None:
     """The last <answer>...</answer> body. If the prompt opened the tag (the completion has a
     closing tag but no opening one), the text before the first </answer>. Else None."""
-    found = _ANSWER_RE.findall(completion)
+    found = tagged_bodies(completion, "<answer>", "</answer>")
     if found:
         return found[-1].strip()
     if "</answer>" in completion and "<answer>" not in completion:
@@ -156,6 +154,8 @@ def analyse(numbers: list[int], target: int, completion: str) -> Answer:
     text = extract_answer(completion)
     if text is None:
         return Answer(has_answer=False, error="no <answer>...</answer> found")
+    if len(text) > 2 * MAX_ANSWER_CHARS:  # before any pattern runs over it
+        return Answer(has_answer=True, error="empty or overlong answer")
     # "expr = target" is common; the part after '=' is ignored if it is just a number.
     text = re.sub(r"=\s*-?\d+\s*$", "", text).strip()
     if not text or len(text) > MAX_ANSWER_CHARS:
