@@ -264,10 +264,8 @@ def _judge_assert_run(run: RunResult) -> Verdict:
     if run.internal_error:
         return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, run.internal_error)
     report = run.messages[0] if run.messages and isinstance(run.messages[0], dict) else None
-    if report is None:
+    if report is None:  # (a judge that crashed is the pool's internal_error: Sandbox._run)
         status, why = _death(run)
-        if run.reason == "" and (run.judge_exit or {}).get("code") not in (0, None):
-            return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, "the test harness crashed")
         return Verdict(status, 0, 1, run.wall_s, why)
     if report.get("internal"):
         return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, str(report["internal"])[:DETAIL_CHARS])

@@ -707,6 +707,23 @@ def test_a_slot_that_fails_is_replaced_and_the_job_run_again():
             stop.set()
             assassin.join()
         assert v.status == INTERNAL_ERROR, v
+        assert len(pool.failures) == 3 and pool.failures[-1].startswith("again: sandbox failure")
+    assert not wait_for_no_leftovers()
+
+
+def test_a_judge_that_crashes_is_the_sandbox_s_failure_retried_then_reported():
+    """Test code is trusted; when its process dies on its own (here the tests exit it), the job is
+    run again on a fresh slot, and an internal_error only if that fails too. Nothing the
+    candidate does reaches the judge but plain data (test_deeply_nested_results_...)."""
+    crash = Problem(
+        id="crash", task="adversarial", difficulty=1, prompt="", entry_point="f",
+        test_code="import os\ndef check(candidate):\n    g = candidate\n    assert g(3, 4) == 7\n    os._exit(3)\n",
+    )  # fmt: skip
+    with Sandbox(workers=1, limits=LIMITS) as pool:
+        v = score_code(crash, "```python\ndef f(a, b):\n    return a + b\n```", pool)
+        assert v.status == INTERNAL_ERROR and v.detail == "the test harness crashed (exit code 3)", v
+        assert pool.failures == [v.detail, f"again: {v.detail}"]
+        assert run(pool, "def f(a, b):\n    return a + b", NOT_REPLAYABLE).status == PASSED
     assert not wait_for_no_leftovers()
 
 
@@ -831,8 +848,10 @@ def test_a_submission_sees_only_its_own_environment(monkeypatch, namespaces):
     monkeypatch.setenv("AXIOM_TEST_TOKEN", f"SECRET-{uuid.uuid4().hex}")
     with Sandbox(workers=1, limits=LIMITS, namespaces=namespaces) as pool:
         envs = [decode_value(call_once(pool, ENVIRONMENT_PROBE)["value"]) for _ in range(2)]
+    one_thread = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
     for env, cwd in envs:
-        assert env == {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8"}
+        plain = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd, "LANG": "C.UTF-8"}
+        assert env == {**plain, **one_thread}
     if not namespaces:  # a fresh directory per job
         assert envs[0][1] != envs[1][1]
     assert not wait_for_no_leftovers()

@@ -173,6 +173,9 @@ def submission_environment(workdir: str) -> None:
     os.environ.update(
         {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
     )
+    # One thread for the numerical libraries a submission may import: it has one CPU, and a
+    # thread per core of the machine would run into its process limit (Limits.nproc).
+    os.environ.update(dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1"))
 
 
 def scratch_options(disk_mb: int) -> str:

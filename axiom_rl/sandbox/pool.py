@@ -50,10 +50,12 @@ class Limits:
     wall_factor: float = 3.0
     """Wall-clock limits are this many times the CPU limits."""
     memory_mb: int = 1024
-    """Address-space limit of the candidate process (RLIMIT_AS)."""
-    nproc: int = 16
-    """Processes the submission may have at once (per-slot uid; enforced when started as root
-    or in a user namespace)."""
+    """Address-space limit of each of the submission's processes (RLIMIT_AS)."""
+    nproc: int = 4
+    """Processes and threads the submission may have at once (per-slot uid; enforced when started
+    as root or in a user namespace). The kernel's limits on CPU time and memory are per process,
+    so a job may use up to nproc times them (the wall clock ends it all the same, and it cannot
+    leave its slot's CPU): kept small for that reason. A task that needs more, raise it."""
     output_bytes: int = 1 << 20
     """stdout+stderr beyond this kills the submission."""
     disk_mb: int = 16
@@ -278,6 +280,8 @@ class Sandbox:
         self._started = False
         self._closed = False
         self._uids = _UidClaims()
+        # The sandbox's own failures, newest last (at most 100): each cost a job a second run.
+        self.failures: list[str] = []
         atexit.register(self.close)
 
     # ------------------------------------------------------------------ lifecycle
@@ -351,8 +355,16 @@ class Sandbox:
         framing.ValueBudget), so what repeats is the sandbox's own fault."""
         result = self._run_once(job, limits, tests)
         if result.internal_error and not self._closed:
+            self._record_failure(result.internal_error)
             result = self._run_once(job, limits, tests)
+            if result.internal_error:
+                self._record_failure(f"again: {result.internal_error}")
         return result
+
+    def _record_failure(self, why: str) -> None:
+        with self._lock:
+            self.failures.append(why)
+            del self.failures[:-100]
 
     def _run_once(self, job: dict[str, Any], limits: Limits, tests: dict[str, Any] | None) -> RunResult:
         if not self._started:
@@ -375,6 +387,12 @@ class Sandbox:
                 if not self._closed:
                     slot = self._replace(slot)
                 return RunResult([], internal_error=f"sandbox failure: {type(e).__name__}: {e}")
+            judge_exit = report.get("judge_exit") or {}
+            if report["reason"] == "" and judge_exit.get("code") not in (0, None):
+                # The judge (trusted test code's process) died on its own, before answering.
+                return RunResult(
+                    [], internal_error=f"the test harness crashed (exit code {judge_exit['code']})"
+                )
             return RunResult(
                 messages=report["messages"],
                 reason=report["reason"],
