@@ -217,11 +217,10 @@ def sandbox_processes() -> list[str]:
     my_ns = os.readlink("/proc/self/ns/pid")
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            uid = int(
-                next(line for line in open(f"/proc/{pid}/status") if line.startswith("Uid:")).split()[1]
-            )
+            status = Path(f"/proc/{pid}/status").read_text()
+            uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
             ns = os.readlink(f"/proc/{pid}/ns/pid")
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read()[:60]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()[:60]
         except (OSError, StopIteration, ValueError):
             continue
         if (me == 0 and UID_BASE <= uid < UID_BASE + UID_COUNT) or (me != 0 and uid == me and ns != my_ns):
