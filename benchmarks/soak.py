@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import multiprocessing
 import os
@@ -236,10 +237,8 @@ def mounts() -> int:
 def scratch_entries() -> set[str]:
     found = set()
     for d in ("/tmp", "/var/tmp", "/dev/shm"):
-        try:
+        with contextlib.suppress(OSError):
             found |= {f"{d}/{n}" for n in os.listdir(d) if n.startswith(("axiom-soak", "axiom-sbx-"))}
-        except OSError:
-            pass
     return found
 
 
