@@ -38,7 +38,11 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   prefixes: a venv, and the installation it was made from): not home directories, projects,
   data sets, run outputs, or problem files with their expected outputs, which permissions
   alone would not protect (they are usually world-readable, and without root the submission
-  runs as their owner). Its mount namespace is a template prepared once per worker slot (a
+  runs as their owner). axiom-rl's own package is covered by an empty directory wherever it
+  lies in that view (site-packages, after a plain `pip install`): its tasks hold their
+  reference solutions. Interpreter directories under a scratch directory (a venv in a clone
+  under /tmp) appear elsewhere (/.python/N, and the candidate imports from there), so its /tmp
+  holds only what it writes. Its mount namespace is a template prepared once per worker slot (a
   root holding just that, private propagation, read-only, its own /dev), or a copy of it, so the
   per-job set-up is only what must be fresh; the template itself is out of its reach.
 - Identity: started as root, each worker slot runs submissions as a uid of its own (from 61000,
@@ -52,14 +56,27 @@ What is covered (tests/test_sandbox.py checks each item adversarially):
   submission starts, on x86-64 and aarch64): new namespaces, mounts, ptrace and other processes'
   memory, bpf, perf_event_open, userfaultfd, io_uring, key rings, kernel modules, kexec, reboot,
   swap, the clock, and new sockets of any kind (socketpair aside) fail with EPERM, for native
-  code as for Python. This matters most without root, where a submission is root of its own
+  code as for Python. So do what would let a job reach the job verified beside it: leaving its
+  slot's CPU (sched_setaffinity), starting a session, file locks (flock, fcntl's record and
+  open-file locks, leases) and watches (inotify, F_NOTIFY) on files both can read; and making
+  itself dumpable or changing its core-file limit (kept at 1: no core file, even where the
+  host's core pattern pipes to a program). This matters most without root, where a submission is root of its own
   user namespace and could otherwise mount over its view of the tree or open new namespaces;
   and a read-only mount does not stop a connect() to a Unix socket file, such as a Docker
   daemon's (root on the host, for a caller in the docker group) or a desktop session's bus.
 - Limits: CPU time per test call (a timer) and per submission (RLIMIT_CPU, kernel-enforced);
   wall-clock limits `wall_factor` times those, for code that sleeps or blocks; address space
-  (RLIMIT_AS); processes (RLIMIT_NPROC); file size and tmpfs size; output volume (beyond
-  `output_bytes` the submission is killed); the size of the results it sends back.
+  (RLIMIT_AS); processes (RLIMIT_NPROC, 4 by default); file size and tmpfs size; output volume
+  (beyond `output_bytes` the submission is killed); the size of the results it sends back, in
+  bytes and in decoded values: every line from a candidate is checked against the job's budget
+  of values and nesting depth (framing.ValueBudget) before anything of it is decoded, by the
+  monitor and the judge alike, so no result can exhaust the decoder's stack or build millions
+  of objects in a trusted process. A line past the budget is the submission's failure, with a
+  reason, never the verifier's.
+- The sandbox's own failures: a worker slot whose monitor dies or stops answering, or whose
+  judge crashes, is replaced, and the job run again on the fresh one; only a failure that
+  repeats is an `internal_error` (`Sandbox.failures` keeps the last hundred causes). Nothing a
+  submission sends reaches a trusted process but plain data within those budgets.
 - A scrubbed environment: no variable of the parent leaks in (HOME is the private /tmp).
 - Results: the candidate returns values; only plain data (None, bool, int, float, str, bytes,
   list, tuple, dict, set, frozenset) crosses back, subclasses converted to their base type by
@@ -101,7 +118,13 @@ What is not covered:
   covered by an empty tmpfs: there, keep no secrets or problem files with expected outputs in
   world-readable places. Generated problems live in memory only.
 - CPU and memory bandwidth are shared: a submission can slow others down (never past their
-  wall-clock limits, which are generous for that reason).
+  wall-clock limits, which are generous for that reason). Where each slot has a CPU of its own
+  (one per CPU, the default) a job's processes stay on it; a pool with fewer slots than CPUs is
+  not pinned, and there a job's busy processes share the machine with the others'.
+- Limits are per process, not per job: no cgroup is made, so a job may use up to `nproc` times
+  its memory and CPU limits at once (4 GB with the defaults) until its wall clock ends it.
+- Time is shared: a job can tell how busy the machine is (a timing channel between jobs
+  verified at once is not closed, only the lock and watch channels are).
 - Without namespaces (the kernel refuses them: Ubuntu 24.04 restricts unprivileged user
   namespaces, for one), isolation is weaker, and `Sandbox.isolation` says so. The submission
   shares the host's file system and process list and, without root, runs as the caller's uid.
@@ -111,7 +134,8 @@ What is not covered:
   no program, and from Linux 6.12 signal no process and reach no abstract Unix socket outside
   itself. The seccomp filter, in a stricter form, refuses execve too, and signals to any
   process but its own. Python audit hooks
-  refuse subprocesses, ctypes and sockets besides. Whatever it started dies after it, daemons
+  refuse subprocesses, ctypes and sockets besides, and opening axiom-rl's own files (Landlock
+  cannot take a directory out of one it allows; native code could get past the hook). Whatever it started dies after it, daemons
   that left its session too (the monitor is their subreaper), and its directory goes with it.
   It can still see the host's processes. On a kernel without Landlock it can read and write
   whatever its uid may, and `Sandbox.isolation` says that too: there, verify as root (a uid of

@@ -708,9 +708,15 @@ def use_moved_python(moved: dict[str, str]) -> None:
 
 
 def package_dirs_within(visible: list[str]) -> list[str]:
-    """axiom-rl's own directories that lie within `visible`: the package (as spelled and as
-    resolved) and, beside it, its installed metadata. Covered in a submission's view."""
+    """axiom-rl's own directories that lie within `visible`: the package this sandbox runs from
+    and any other copy of it on the interpreter's paths (a plain install in site-packages beside
+    a checkout run from its own directory), each as spelled and as resolved, and beside each its
+    installed metadata. Covered in a submission's view."""
     spelled = {PACKAGE_DIR, os.path.realpath(PACKAGE_DIR)}
+    for top in {*sys.path, *(sysconfig.get_path(k) for k in ("purelib", "platlib"))}:
+        copy = os.path.join(top or ".", os.path.basename(PACKAGE_DIR))
+        if top and os.path.isfile(os.path.join(copy, "sandbox", "server.py")):
+            spelled |= {os.path.abspath(copy), os.path.realpath(copy)}
     found = set()
     for package in spelled:
         parent = os.path.dirname(package)
