@@ -7,6 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
+# `make test EDITABLE=` installs axiom-rl as users do (`pip install .`, into site-packages) and
+# tests that install: pytest runs from the venv, so the checkout's own directory is not imported.
+EDITABLE ?= -e
 
 .PHONY: quickstart test test-fast test-pythons lint format bench clean
 
@@ -18,21 +21,21 @@ $(VENV)/.torch: | $(BIN)/python
 	@touch $@
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.torch
-	$(PIP) install -q -e .
+	$(PIP) install -q $(EDITABLE) .
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q $(EDITABLE) '.[dev]'
 	@touch $@ $(VENV)/.installed
 
 quickstart: $(VENV)/.installed
 	$(BIN)/axiom-rl quickstart
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/pytest -q
 
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow"
 
 # The torch-free parts (sandbox, verifier, tasks, rewards) on Python 3.10, 3.12 and 3.13.
 test-pythons:

@@ -49,6 +49,7 @@ from ..rollout import Rollout, generate_verified, get_backend, truncation_warnin
 from ..sandbox import Sandbox, pool_size
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
+from ..terminal import printable
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
 from ..verifier import BatchVerification, overlaps_verification, sandbox_workers
 from .batch import TokenBatch, build_batch, completion_logprobs, micro_batches
@@ -750,6 +751,9 @@ def sample_rows(step: int, scored: Scored, cfg: TrainConfig) -> list[dict[str, A
 
 def _print_samples(say: Callable[[str], None], step: int, scored: Scored, cfg: TrainConfig) -> None:
     for row in sample_rows(step, scored, cfg)[: cfg.num_generations]:
-        say(
-            f"[step {step}] {row['problem_id']} reward={row['reward']:.2f} {row['status']}: {row['completion'][:200]!r}"
+        say(  # a problem file's ids and the model's text: escaped (terminal.printable)
+            printable(
+                f"[step {step}] {row['problem_id']} reward={row['reward']:.2f} {row['status']}: "
+                f"{row['completion'][:200]!r}"
+            )
         )
