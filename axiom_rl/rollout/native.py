@@ -142,18 +142,47 @@ def _build() -> Callable[..., torch.Tensor]:
                 copying = where / f".{source.name}.{os.getpid()}"
                 shutil.copyfile(source, copying)
                 os.replace(copying, copy)
-        load(
-            "axiom_rl_decode_step",
-            sources=[str(where / source.name) for source in SOURCES],
-            extra_cflags=list(CFLAGS),
-            extra_ldflags=list(OPENMP),
-            build_directory=str(where),
-            is_python_module=False,
-            verbose=False,
-        )
+        with _torch_lib_without_spaces(where):
+            load(
+                "axiom_rl_decode_step",
+                sources=[str(where / source.name) for source in SOURCES],
+                extra_cflags=list(CFLAGS),
+                extra_ldflags=list(OPENMP),
+                build_directory=str(where),
+                is_python_module=False,
+                verbose=False,
+            )
         if fresh:
             print(f"axiom-rl: compiled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return torch.ops.axiom_rl.decode_step
+
+
+@contextlib.contextmanager
+def _torch_lib_without_spaces(where: Path) -> Iterator[None]:
+    """While torch builds the library: its own library directory named by a path without spaces.
+
+    torch writes `-L<its library directory>` into the build file unquoted (its include paths it
+    quotes), so where torch is installed under a path with a space (a venv in "/tmp/my project")
+    the link step fails. There the build directory gets a link to that directory, and torch's
+    build names the link instead for as long as this lasts."""
+    from torch.utils import cpp_extension
+
+    real = cpp_extension.TORCH_LIB_PATH
+    if not any(c.isspace() for c in real) or any(c.isspace() for c in str(where)):
+        yield
+        return
+    link = where / "torch-lib"
+    if not (link.is_symlink() and os.readlink(link) == real):
+        staged = where / f".torch-lib.{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            staged.unlink()
+        staged.symlink_to(real)
+        os.replace(staged, link)
+    cpp_extension.TORCH_LIB_PATH = str(link)
+    try:
+        yield
+    finally:
+        cpp_extension.TORCH_LIB_PATH = real
 
 
 @contextlib.contextmanager
