@@ -77,6 +77,10 @@ class TrainConfig(ModelOptions):
     problems_file: str = ""
     """Train on the problems of this JSONL file instead (`problems import` output: MBPP, HumanEval;
     or `problems export`), in a seeded order reshuffled each pass; not with --task or --difficulty."""
+    source: dict[str, Any] = field(default_factory=dict)
+    """Where the problems come from, and what learns from the results (YAML): {name: NAME, and its
+    parameters}, a registered problem source (axiom_rl.sources). Empty: 'file' with
+    --problems-file, else 'uniform' over --task x --difficulty."""
     prompt_style: str = "auto"
     """'full', 'compact' (short prompts for character-level models) or auto (compact for the
     built-in model)."""
@@ -275,7 +279,7 @@ class EvalConfig:
 # Flag names of the seeds' scripts, accepted as aliases.
 ALIASES = {"problems": "tasks", "generations": "num_generations", "task": "tasks"}
 
-_NO_CLI = {"advantage_params"}  # YAML only
+_NO_CLI = {"advantage_params", "source"}  # YAML only
 
 
 @cache

@@ -47,6 +47,7 @@ from ..models.replay import LinearOutputs
 from ..rewards import compute_reward
 from ..rollout import Rollout, generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
+from ..sources import Outcome, Source, SourceContext, make_source, outcomes
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..terminal import printable
@@ -59,7 +60,6 @@ from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
 from .plan import Plan, plan_run, warmup_warning
-from .problems import FileProblemStream, ProblemStream
 from .runlog import RunLog
 from .stop import StopRequest
 
@@ -163,11 +163,16 @@ def group_rewards(scored: Scored, g: int) -> torch.Tensor:
     return torch.tensor(scored.rewards, dtype=torch.float32)
 
 
+def scored_outcomes(scored: Scored) -> list[Outcome]:
+    """What the problem source observes of a scored rollout: each problem with its G rows."""
+    return outcomes(scored.problems, scored.rollout.texts, scored.verdicts, scored.rewards)
+
+
 def refill_flat_groups(
     scored: Scored,
     policy: Policy,
     backend: Any,
-    stream: ProblemStream | FileProblemStream,
+    source: Source,
     cfg: TrainConfig,
     plan: Plan,
     sandbox: Sandbox | None,
@@ -180,8 +185,9 @@ def refill_flat_groups(
         if not flat:
             break
         fresh = start_rollout(
-            policy, backend, stream.take(len(flat)), cfg, plan, sandbox, overlap=False
+            policy, backend, source.next_batch(len(flat)), cfg, plan, sandbox, overlap=False
         ).scored()
+        source.observe(scored_outcomes(fresh))
         for k, i in enumerate(flat):
             scored.problems[i] = fresh.problems[k]
             for j in range(g):
@@ -421,10 +427,16 @@ def _train(
         )
     optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
     scheduler = make_scheduler(cfg, optimizer)
-    stream = (
-        FileProblemStream(plan.problems, cfg.seed, rank=parallel.rank, world=parallel.world)
-        if plan.problems is not None
-        else ProblemStream(plan.tasks, plan.difficulties, cfg.seed, rank=parallel.rank, world=parallel.world)
+    source = make_source(
+        cfg.source,
+        SourceContext(
+            tuple(plan.tasks),
+            tuple(plan.difficulties),
+            cfg.seed,
+            parallel.rank,
+            parallel.world,
+            None if plan.problems is None else tuple(plan.problems),
+        ),
     )
     kalman = KalmanBaseline() if "state" in inspect.signature(ADVANTAGES[cfg.advantage]).parameters else None
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
@@ -442,7 +454,7 @@ def _train(
         )
         step, bad_steps = state["step"], state.get("bad_steps", 0)
         scale.load_state_dict(state.get("loss_scale"))
-        stream.load_state_dict(state["streams"][parallel.rank])
+        source.load_state_dict(state["sources" if "sources" in state else "streams"][parallel.rank])
         if kalman is not None and state.get("kalman"):
             kalman.load_state_dict(state["kalman"][parallel.rank])
         if parallel.is_main:  # now the run goes on under them (a failed resume left the old ones)
@@ -467,7 +479,7 @@ def _train(
     }
 
     def checkpoint() -> None:
-        streams = parallel.gather(stream.state_dict())
+        sources = parallel.gather(source.state_dict())
         kalmans = parallel.gather(kalman.state_dict() if kalman else None)
         rngs = parallel.gather(rng_state())
         if parallel.is_main:
@@ -475,7 +487,7 @@ def _train(
                 "step": step,
                 "bad_steps": bad_steps,
                 "loss_scale": scale.state_dict() if scale.enabled else None,
-                "streams": streams,
+                "sources": sources,
                 "kalman": kalmans if kalman else None,
             }
             save_checkpoint(
@@ -519,7 +531,7 @@ def _train(
             # 1. rollout and verification; with overlap_verification, the reference and old
             # log-probs (which need no reward) run while the sandbox finishes
             pending = start_rollout(
-                policy, backend, stream.take(cfg.prompts_per_step), cfg, plan, sandbox, overlap
+                policy, backend, source.next_batch(cfg.prompts_per_step), cfg, plan, sandbox, overlap
             )
             batch, early = None, None
             if overlap and not cfg.dynamic_sampling:  # (a refill would change the batch's rows)
@@ -536,9 +548,10 @@ def _train(
                     scored.rollout.truncated_prompts, len(scored.problems), cfg.max_prompt_length
                 )
                 log.warning(f"at step {step + 1}, {cut}", say)
+            source.observe(scored_outcomes(scored))
             zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
             refilled = (
-                refill_flat_groups(scored, policy, backend, stream, cfg, plan, sandbox)
+                refill_flat_groups(scored, policy, backend, source, cfg, plan, sandbox)
                 if cfg.dynamic_sampling
                 else 0
             )
@@ -613,6 +626,7 @@ def _train(
                     cfg,
                 )
                 row["time_reference_s"] = time_reference  # the reference pass belongs to the first update
+                row.update({f"source/{k}": float(v) for k, v in source.metrics().items()})
                 time_reference = 0.0
                 row = merge_ranks(row, rewards, parallel)
                 log.metrics(row)

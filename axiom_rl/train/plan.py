@@ -15,6 +15,7 @@ from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, read_model_card
 from ..rewards import parse_reward_specs
 from ..rollout import BACKENDS
+from ..sources import SourceContext, make_source
 from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
 from ..types import Problem
@@ -131,6 +132,9 @@ def plan_run(cfg: TrainConfig) -> Plan:
         raise UserError(
             f"advantage_params {sorted(unknown)} unknown to {cfg.advantage!r}; it takes: {', '.join(sorted(accepted))}"
         )
+    # The problem source, made once to check its name and parameters (the trainer makes its own).
+    make_source(cfg.source, SourceContext(tuple(tasks), tuple(difficulties), cfg.seed,
+                                          problems=None if problems is None else tuple(problems)))  # fmt: skip
     style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
     needs_sandbox = any(get_task(t).runs_code for t in tasks)
     return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards), problems)
