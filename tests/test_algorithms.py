@@ -454,3 +454,60 @@ def test_micro_batches_add_up_to_the_whole_batch(loss_type):
         for i in range(0, n, 2)
     )
     assert parts.item() == pytest.approx(whole.item(), rel=1e-12)
+
+
+# ------------------------------------------------------------------ advantages per token
+
+
+@pytest.mark.parametrize("loss_type", sorted(LOSSES))
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_a_per_sequence_advantage_is_the_per_token_one_repeated(loss_type, beta):
+    """Every loss takes advantages [B*G] or [B*G, T]: [B*G] repeated along T gives the same loss,
+    metrics and gradients, clipping and the KL term included."""
+    lp, old, ref, adv = loss_inputs(6, 5, seed=7)
+    mask = torch.ones(6, 5)
+    mask[1, 3:] = mask[4, 1:] = 0
+    per_token = adv.unsqueeze(1).expand(6, 5).clone()
+    results = []
+    for advantages in (adv, per_token):
+        x = lp.clone().requires_grad_(True)
+        loss, metrics = policy_loss(
+            x, old, ref if beta else None, advantages, mask, loss_type=loss_type, beta=beta,
+            clip_eps=0.05, max_completion_length=5, dual_clip=3.0,
+        )  # fmt: skip
+        (grad,) = torch.autograd.grad(loss, x)
+        results.append((loss.detach(), metrics, grad))
+    (loss_a, m_a, g_a), (loss_b, m_b, g_b) = results
+    assert torch.equal(loss_a, loss_b) and torch.equal(g_a, g_b) and m_a == m_b
+    assert m_a["clip_frac"] > 0  # the clipping was exercised
+
+
+def test_per_token_advantages_hand_derived():
+    # One sequence of two tokens at ratio 1 (on-policy), grpo aggregation (mean over its tokens):
+    # loss = -(A_1 logp_1 + A_2 logp_2) / 2 in gradient, so d loss / d logp_t = -A_t / 2.
+    # Advantages (+1, -1) push the first token up and the second down; the outcome-only
+    # advantage (0, their mean) moves neither.
+    lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, _ = policy_loss(lp, None, None, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), beta=0.0)
+    (grad,) = torch.autograd.grad(loss, lp)
+    assert grad.tolist() == [[-0.5, 0.5]]
+    assert loss.item() == pytest.approx(0.0)  # -(1 * 1 + (-1) * 1) / 2 at ratio 1
+    outcome, _ = policy_loss(lp, None, None, torch.tensor([0.0]), torch.ones(1, 2), beta=0.0)
+    assert torch.autograd.grad(outcome, lp)[0].tolist() == [[0.0, 0.0]]
+    # Clipped per token: ratio 1.5 on both tokens, A = (+1, -1), eps 0.2: the first token's
+    # objective is clipped at 1.2 (no gradient), the second's is not (A < 0 takes the min,
+    # 1.5 * -1 < 1.2 * -1): d/dlogp_2 of -(-1 * exp(logp_2 - old_2)) / 2 = 1.5 / 2.
+    old = lp.detach() - math.log(1.5)
+    loss, m = policy_loss(lp, old, None, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), beta=0.0)
+    (grad,) = torch.autograd.grad(loss, lp)
+    assert grad[0].tolist() == pytest.approx([0.0, 0.75])
+    assert m["clip_frac_high"] == 0.5 and m["clip_frac_low"] == 0.0
+
+
+def test_advantages_of_another_shape_are_refused():
+    lp = torch.zeros(2, 3)
+    for bad in (torch.zeros(3), torch.zeros(2, 4), torch.zeros(2, 3, 1)):
+        with pytest.raises(
+            ValueError, match=r"advantages must be \[B\*G\] = \[2\] or \[B\*G, T\] = \[2, 3\]"
+        ):
+            policy_loss(lp, None, None, bad, torch.ones(2, 3), beta=0.0)

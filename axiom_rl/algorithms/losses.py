@@ -1,8 +1,11 @@
 """Policy losses: f(logprobs, old_logprobs, ref_logprobs, advantages, mask, **params) -> (loss, metrics).
 
 Shapes: logprobs, old_logprobs, ref_logprobs, mask: [B*G, T] (log-probs of the sampled
-completion tokens; mask 1 on completion tokens); advantages: [B*G]. `ref_logprobs` may be None
-when beta == 0. Losses never see a model, so every variant is testable on plain tensors.
+completion tokens; mask 1 on completion tokens); advantages: [B*G] (one per completion, the same
+for all its tokens) or [B*G, T] (one per token: process supervision, where a token's advantage
+comes from the steps it belongs to; DeepSeekMath's process-supervised GRPO). A [B*G] advantage is
+exactly the [B*G, T] one repeated along T. `ref_logprobs` may be None when beta == 0. Losses
+never see a model, so every variant is testable on plain tensors.
 
 All variants share the clipped surrogate of PPO (Schulman et al. 2017) as GRPO uses it:
 
@@ -64,6 +67,19 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def per_token_advantages(advantages: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """Advantages shaped to multiply per-token terms [B*G, T]: [B*G] becomes [B*G, 1] (broadcast
+    along the tokens), [B*G, T] stays."""
+    if advantages.dim() == 1 and advantages.shape[0] == logprobs.shape[0]:
+        return advantages.unsqueeze(-1).to(logprobs.dtype)
+    if advantages.shape == logprobs.shape:
+        return advantages.to(logprobs.dtype)
+    raise ValueError(
+        f"advantages must be [B*G] = [{logprobs.shape[0]}] or [B*G, T] = {list(logprobs.shape)}, "
+        f"got {list(advantages.shape)}"
+    )
+
+
 def clipped_surrogate_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor | None,
@@ -115,7 +131,7 @@ def clipped_surrogate_loss(
     if importance_sampling == "sequence":
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # [B*G, 1]
     ratio = torch.exp(log_ratio)  # [B*G, T] or [B*G, 1]
-    adv = advantages.unsqueeze(-1).to(logprobs.dtype)  # [B*G, 1]
+    adv = per_token_advantages(advantages, logprobs)  # [B*G, 1] or [B*G, T]
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
     per_token = -torch.min(unclipped, clipped)  # [B*G, T] or [B*G, 1]

@@ -319,7 +319,7 @@ def optimizer_step(
                 logprobs,
                 None if old is None else old[rows, :t],
                 None if ref is None else ref[rows, :t],
-                advantages[rows],
+                advantages[rows] if advantages.dim() == 1 else advantages[rows, :t],  # [n] or [n, T]
                 part.completion_mask,
                 loss_type=cfg.loss_type,
                 clip_eps=cfg.clip_eps,
