@@ -114,6 +114,9 @@ class TrainConfig(ModelOptions):
     """Extra parameters for the estimator (YAML), e.g. {beta_reward: 2.0} for dgro."""
     loss_type: str = "grpo"
     """Policy loss (LOSSES): grpo, dr_grpo, dapo, bnpo, hybrid, gspo."""
+    loss_params: dict[str, Any] = field(default_factory=dict)
+    """Further options of the loss (YAML; docs/algorithms.md): dual_clip, kl_bias_correction,
+    importance_sampling, hybrid_alpha."""
     beta: float = 0.04
     """KL coefficient; 0 loads and runs no reference model."""
     kl_estimator: str = "k3"
@@ -279,7 +282,7 @@ class EvalConfig:
 # Flag names of the seeds' scripts, accepted as aliases.
 ALIASES = {"problems": "tasks", "generations": "num_generations", "task": "tasks"}
 
-_NO_CLI = {"advantage_params", "source"}  # YAML only
+_NO_CLI = {"advantage_params", "loss_params", "source"}  # YAML only
 
 
 @cache

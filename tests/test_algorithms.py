@@ -398,12 +398,16 @@ def loss_inputs(n: int, t: int, seed: int) -> tuple[torch.Tensor, ...]:
 def test_a_regroupable_loss_sums_alike_however_the_rows_are_grouped(loss_type):
     # The trainer puts rows of similar lengths into the same micro-batch only for these losses
     # (train/batch.py: length bucketing); for the others, which rows share a micro-batch changes
-    # the sum, at their default settings (bnpo's local token count, hybrid's local longest row).
+    # the sum (bnpo's local token count). Given the whole batch's counts, as the trainer gives
+    # them (hybrid's longest completion among them: one alpha a step).
     n, t = 8, 6
     lp, old, ref, adv = loss_inputs(n, t, seed=8)
     lengths = torch.tensor([6, 1, 4, 2, 6, 3, 1, 5])
     mask = (torch.arange(t) < lengths[:, None]).float()
-    common = {"loss_type": loss_type, "max_completion_length": t, "num_items": mask.sum(), "num_sequences": n}
+    common = {
+        "loss_type": loss_type, "max_completion_length": t, "num_items": mask.sum(), "num_sequences": n,
+        "longest_completion": 6,
+    }  # fmt: skip
 
     def summed(groups):
         return sum(
@@ -433,8 +437,9 @@ def test_a_loss_registered_from_outside_is_not_assumed_regroupable(monkeypatch):
 @pytest.mark.parametrize("loss_type", sorted(set(LOSSES) - {"bnpo"}))
 def test_micro_batches_add_up_to_the_whole_batch(loss_type):
     # Gradient accumulation: summing micro-batch losses computed with the whole batch's counts
-    # gives the whole batch's loss (hybrid: alpha fixed, since it depends on the longest row).
-    # bnpo is excluded by definition: it normalises each micro-batch by its own tokens.
+    # gives the whole batch's loss (hybrid: alpha fixed here; from the whole batch's longest row
+    # in the next test). bnpo is excluded by definition: it normalises each micro-batch by its
+    # own tokens.
     n, t = 8, 5
     lp, old, ref, adv = loss_inputs(n, t, seed=6)
     mask = torch.ones(n, t)
@@ -511,3 +516,22 @@ def test_advantages_of_another_shape_are_refused():
             ValueError, match=r"advantages must be \[B\*G\] = \[2\] or \[B\*G, T\] = \[2, 3\]"
         ):
             policy_loss(lp, None, None, bad, torch.ones(2, 3), beta=0.0)
+
+
+def test_hybrid_takes_one_alpha_a_step_from_the_whole_batch_s_longest_completion():
+    # Micro-batches of rows 3 and 5 tokens long, the batch's longest 5: alpha = 5 / 512 in both
+    # (it was each micro-batch's own longest row, 3/512 and 5/512: two alphas in one step).
+    n, t = 4, 5
+    lp, old, ref, adv = loss_inputs(n, t, seed=9)
+    mask = torch.ones(n, t)
+    mask[:2, 3:] = 0
+    common = {"loss_type": "hybrid", "max_completion_length": t, "num_sequences": n}
+    whole, _ = policy_loss(lp, old, ref, adv, mask, **common)
+    split = sum(
+        policy_loss(lp[i : i + 2], old[i : i + 2], ref[i : i + 2], adv[i : i + 2], mask[i : i + 2],
+                    longest_completion=5, **common)[0]
+        for i in (0, 2)
+    )  # fmt: skip
+    assert split.item() == pytest.approx(whole.item(), rel=1e-12)
+    fixed = policy_loss(lp, old, ref, adv, mask, hybrid_alpha=5 / 512, **common)[0]
+    assert fixed.item() == pytest.approx(whole.item(), rel=1e-12)

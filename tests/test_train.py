@@ -801,14 +801,46 @@ def test_trimming_keeps_one_prompt_and_one_completion_column():
     assert empty.trimmed().input_ids.shape == (2, 2)
 
 
+def test_loss_params_reach_the_loss_and_are_checked_before_the_run(tmp_path, monkeypatch):
+    """`loss_params` (YAML) pass every documented option of the loss the trainer does not set
+    itself; an unknown one, or a value the loss refuses, is a one-line error before anything is
+    written. The trainer passes the whole step's longest completion (hybrid: one alpha a step)."""
+    seen: list[dict] = []
+
+    def recording(logprobs, old_logprobs, ref_logprobs, advantages, mask, **params):
+        seen.append(params)
+        return clipped_surrogate_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, **params)
+
+    monkeypatch.setitem(LOSSES, "recording", recording)
+    params = {
+        "dual_clip": 3.0,
+        "kl_bias_correction": True,
+        "importance_sampling": "sequence",
+        "hybrid_alpha": 0.5,
+    }
+    train(small(tmp_path, steps=1, loss_type="recording", loss_params=params, gradient_accumulation_steps=2))
+    trained = [p for p in seen if p.get("num_sequences") == 8]  # the step's, not the plan's check
+    assert len(trained) == 2 and all(p.items() >= params.items() for p in trained)
+    assert {p["longest_completion"] for p in trained} == {16.0}  # every micro-batch: the batch's
+    for bad, message in (
+        ({"epsilon": 0.1}, r"loss_params \['epsilon'\] unknown; the loss takes: dual_clip, hybrid_alpha"),
+        ({"dual_clip": 0.5}, "dual_clip must be > 1, got 0.5"),
+        ({"importance_sampling": "word"}, "importance_sampling must be 'token' or 'sequence'"),
+    ):
+        with pytest.raises(UserError, match=message):
+            train(small(tmp_path, loss_params=bad, output_dir=str(tmp_path / "refused")))
+        assert not (tmp_path / "refused").exists()
+
+
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("loss_type", sorted(LOSSES))
 def test_bucketed_micro_batches_give_the_unbucketed_update(monkeypatch, loss_type, share):
     """The trainer's reference log-probs and optimizer step over length-bucketed, trimmed
     micro-batches give what micro-batches of the rows in order at full width give (the gradient as
     the parameters' change under SGD), to float32 rounding; for a loss that sums alike however the
-    rows are split (regroupable), what one pass over the whole batch gives too. bnpo and hybrid
-    read each micro-batch's own tokens: their rows keep their micro-batches, only trimmed."""
+    rows are split (regroupable), what one pass over the whole batch gives too. bnpo reads each
+    micro-batch's own tokens: its rows keep their micro-batches, only trimmed. The loss's metrics
+    (the KL, the ratios) are the whole batch's for every loss: token means, weighed by tokens."""
     results = {}
     monkeypatch.setattr(grpo_module, "SHARE_PROMPT_PASSES", share)
     for name, parts, bucketed in (("bucketed", 4, True), ("in order", 4, False), ("whole", 1, True)):
@@ -836,6 +868,8 @@ def test_bucketed_micro_batches_give_the_unbucketed_update(monkeypatch, loss_typ
             plain_ref, _ = completion_logprobs(reference, batch)
         mask = batch.completion_mask
         assert torch.allclose(ref * mask, plain_ref * mask, atol=1e-5), name
+        # A reference that differs from the policy, by token: the KL (a metric) is not 0.
+        ref = ref + 0.1 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(3))
         before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
         sgd = torch.optim.SGD(policy.trainable_parameters, lr=1.0)
         advantages = torch.linspace(-1.0, 1.0, batch.input_ids.shape[0])
@@ -854,6 +888,11 @@ def test_bucketed_micro_batches_give_the_unbucketed_update(monkeypatch, loss_typ
         assert update["entropy"] == pytest.approx(other_update["entropy"], rel=1e-5), name
         for n, delta in other_change.items():
             assert torch.allclose(change[n], delta, atol=1e-6, rtol=1e-4), (name, n)
+    whole = results["whole"][0]
+    assert whole["kl"] > 1e-3
+    for name in ("bucketed", "in order"):
+        for key in ("kl", "ratio_mean", "ratio_min", "ratio_max", "clip_frac"):
+            assert results[name][0][key] == pytest.approx(whole[key], rel=1e-5, abs=1e-7), (name, key)
 
 
 def test_gradient_checkpointing_runs_every_rows_prompt():

@@ -22,12 +22,13 @@ mode is f(per_token_loss, mask, **params) -> scalar; `mask` is 1 on completion t
              While completions are short, dr_grpo's constant normaliser (the budget) would make
              steps tiny -- the collapse the seeds saw at a 1024-token budget -- so the batch leans
              on grpo; once completions grow long, it becomes dr_grpo, free of length bias.
-             Pass `hybrid_alpha` to fix alpha instead.
+             Pass `hybrid_alpha` to fix alpha instead. With micro-batches, pass the whole batch's
+             longest completion as `longest_completion` (the trainer does): one alpha per step.
 
 Micro-batches. With gradient accumulation each micro-batch's loss is aggregated on its own and
 the results are summed, so every mode takes the *whole* batch's counts: `num_sequences` (rows in
-the batch) and, for dapo, `num_items` (its tokens). With one micro-batch they default to the
-local counts and every mode reads as above.
+the batch), for dapo `num_items` (its tokens), for hybrid `longest_completion`. With one
+micro-batch they default to the local counts and every mode reads as above.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ Aggregation = Callable[..., torch.Tensor]
 AGGREGATIONS: dict[str, Aggregation] = {}
 HYBRID_REFERENCE_TOKENS = 512
 # The modes whose micro-batch losses add up to the whole batch's however its rows are split into
-# micro-batches, so the trainer may group rows of similar lengths (train/batch.py: length
-# bucketing). bnpo divides by each micro-batch's own tokens and hybrid's default alpha reads each
-# micro-batch's longest row: which rows share a micro-batch changes their loss.
-SPLIT_FREE = {"grpo", "dr_grpo", "dapo"}
+# micro-batches (given the whole batch's counts), so the trainer may group rows of similar
+# lengths (train/batch.py: length bucketing). bnpo divides by each micro-batch's own tokens: which
+# rows share a micro-batch changes their loss.
+SPLIT_FREE = {"grpo", "dr_grpo", "dapo", "hybrid"}
 
 
 def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
@@ -98,10 +99,12 @@ def local_token_mean(
     return masked_mean(per_token_loss, mask) * share
 
 
-def default_hybrid_alpha(mask: torch.Tensor) -> float:
-    """min(1, longest completion in the batch / 512)."""
-    longest = float(mask.sum(-1).max()) if mask.numel() else 0.0
-    return min(1.0, longest / HYBRID_REFERENCE_TOKENS)
+def default_hybrid_alpha(mask: torch.Tensor, longest_completion: float | None = None) -> float:
+    """min(1, longest completion in the batch / 512): `longest_completion` where given (the whole
+    batch's, over its micro-batches), else the longest row of `mask`."""
+    if longest_completion is None:
+        longest_completion = float(mask.sum(-1).max()) if mask.numel() else 0.0
+    return min(1.0, float(longest_completion) / HYBRID_REFERENCE_TOKENS)
 
 
 @register_aggregation("hybrid")
@@ -111,8 +114,9 @@ def hybrid(
     max_completion_length: int | None = None,
     hybrid_alpha: float | None = None,
     num_sequences: int | None = None,
+    longest_completion: float | None = None,
     **_: Any,
 ) -> torch.Tensor:
-    alpha = default_hybrid_alpha(mask) if hybrid_alpha is None else hybrid_alpha
+    alpha = default_hybrid_alpha(mask, longest_completion) if hybrid_alpha is None else hybrid_alpha
     dr = constant_normalised(per_token_loss, mask, max_completion_length, num_sequences)
     return alpha * dr + (1 - alpha) * sequence_mean(per_token_loss, mask, num_sequences)

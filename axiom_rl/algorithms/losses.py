@@ -99,6 +99,7 @@ def clipped_surrogate_loss(
     num_items: float | torch.Tensor | None = None,
     num_sequences: int | None = None,
     hybrid_alpha: float | None = None,
+    longest_completion: float | None = None,
     logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The shared body of every loss in LOSSES (see the module docstring).
@@ -151,6 +152,7 @@ def clipped_surrogate_loss(
         num_items=num_items,
         num_sequences=num_sequences,
         hybrid_alpha=hybrid_alpha,
+        longest_completion=longest_completion,
     )
 
     with torch.no_grad():

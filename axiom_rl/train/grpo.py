@@ -298,9 +298,13 @@ def optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     n = batch.input_ids.shape[0]
     # DDP averages gradients over ranks, so token-normalised losses use the global count / world.
-    num_items = parallel.total(float(batch.completion_mask.sum())) / parallel.world
+    tokens = float(batch.completion_mask.sum())
+    num_items = parallel.total(tokens) / parallel.world
+    # The whole step's longest completion, over micro-batches and ranks (hybrid's alpha: one a step).
+    longest = max(parallel.gather(float(batch.completion_mask.sum(-1).max())))
     parts = update_micro_batches(batch, cfg)
     totals: Counter[str] = Counter()
+    extremes: dict[str, float] = {}
     loss_total, entropy_sum, token_sum = 0.0, 0.0, 0.0
     time_forward = time_backward = 0.0
     for index, (rows, part) in enumerate(parts):
@@ -329,15 +333,23 @@ def optimizer_step(
                 max_completion_length=cfg.max_completion_length,
                 num_items=num_items,
                 num_sequences=n,
+                longest_completion=longest,
+                **cfg.loss_params,
             )
             t1 = time.perf_counter()
             scale.scaled(loss).backward()  # fp16: see loss_scale.py
             time_forward += t1 - t0
             time_backward += time.perf_counter() - t1
         loss_total += float(loss.detach())
-        share = part.input_ids.shape[0] / n
+        # The loss's metrics are means over a micro-batch's tokens: weighed by its tokens, they
+        # are the step's (its extremes are the extremes of the micro-batches').
+        share = float(part.completion_mask.sum()) / max(1.0, tokens)
         for k, v in metrics.items():
-            totals[k] += v * share
+            if k in ("ratio_min", "ratio_max"):
+                pick = min if k == "ratio_min" else max
+                extremes[k] = pick(extremes.get(k, v), v)
+            else:
+                totals[k] += v * share
         entropy_sum += float((entropy * part.completion_mask).sum())
         token_sum += float(part.completion_mask.sum())
     loss_scale = scale.value
@@ -360,6 +372,7 @@ def optimizer_step(
         "time_forward_s": time_forward,
         "time_backward_s": time_backward,
         **totals,
+        **extremes,
     }
 
 

@@ -8,7 +8,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from ..algorithms import ADVANTAGES, LOSSES
+import torch
+
+from ..algorithms import ADVANTAGES, LOSSES, policy_loss
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
@@ -132,12 +134,26 @@ def plan_run(cfg: TrainConfig) -> Plan:
         raise UserError(
             f"advantage_params {sorted(unknown)} unknown to {cfg.advantage!r}; it takes: {', '.join(sorted(accepted))}"
         )
+    unknown = set(cfg.loss_params) - set(LOSS_PARAMS)
+    if unknown:
+        raise UserError(
+            f"loss_params {sorted(unknown)} unknown; the loss takes: {', '.join(sorted(LOSS_PARAMS))} "
+            "(clip_eps, clip_eps_high, beta and kl_estimator are options of their own)"
+        )
+    # Their values, on a token: an impossible one is refused here, not after the run has started.
+    policy_loss(torch.zeros(1, 1), None, None, torch.zeros(1), torch.ones(1, 1), loss_type=cfg.loss_type,
+                beta=0.0, **cfg.loss_params)  # fmt: skip
     # The problem source, made once to check its name and parameters (the trainer makes its own).
     make_source(cfg.source, SourceContext(tuple(tasks), tuple(difficulties), cfg.seed,
                                           problems=None if problems is None else tuple(problems)))  # fmt: skip
     style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
     needs_sandbox = any(get_task(t).runs_code for t in tasks)
     return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards), problems)
+
+
+# What `loss_params` may set: the loss's options that have no field of their own (the rest are
+# set by the trainer from the batch: counts, lengths).
+LOSS_PARAMS = ("dual_clip", "kl_bias_correction", "importance_sampling", "hybrid_alpha")
 
 
 def resolve_prompt_style(style: str, model: str, kind: str) -> str:
