@@ -131,8 +131,10 @@ class TrainConfig(ModelOptions):
     """Replace groups whose rewards are all equal with fresh prompts (DAPO)."""
     dynamic_sampling_rounds: int = 2
     """At most this many extra rollouts per step to refill such groups."""
-    krpo_key: str = "problem"
-    """krpo's Kalman baseline is kept per 'problem' or per 'task'."""
+    krpo_key: str = "task_difficulty"
+    """Which groups share krpo's Kalman baseline: 'task_difficulty' (each task at each
+    difficulty), 'task', or 'problem' (a problem id: generated problems never repeat, so only
+    for a problems file seen many times over)."""
     # -- optimisation -----------------------------------------------------------------------
     steps: int = 10
     """Optimizer steps (a rollout every num_iterations steps)."""

@@ -535,3 +535,55 @@ def test_hybrid_takes_one_alpha_a_step_from_the_whole_batch_s_longest_completion
     assert split.item() == pytest.approx(whole.item(), rel=1e-12)
     fixed = policy_loss(lp, old, ref, adv, mask, hybrid_alpha=5 / 512, **common)[0]
     assert fixed.item() == pytest.approx(whole.item(), rel=1e-12)
+
+
+# ------------------------------------------------------------------ estimators across steps
+
+
+def test_an_estimator_hands_each_function_what_it_declares_and_keeps_its_state():
+    """The trainer's one door: krpo gets the run's Kalman state and keys, dgro its step and a
+    generator from seed and step; their results are the pure functions' on the same inputs."""
+    from axiom_rl.algorithms import Estimator, Groups
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+    krpo = Estimator("krpo", {"scale": "none"})
+    state = KalmanBaseline()
+    for step in range(3):
+        groups = Groups(("lcs/d1", "lcs/d1"), step, seed=5)
+        ours = krpo(rewards, 4, groups).advantages
+        theirs = compute_advantages(rewards, 4, "krpo", state=state, keys=list(groups.keys), scale="none")
+        assert torch.equal(ours, theirs)
+    restored = Estimator("krpo", {"scale": "none"})
+    restored.load_state_dict(krpo.state_dict())
+    assert restored.kalman.states == krpo.kalman.states and restored.kalman.states
+    dgro = Estimator("dgro", {"explore_std": 0.5})
+    flat = torch.zeros(8)
+    a = dgro(flat, 4, Groups(("a", "b"), step=7, seed=5)).advantages
+    b = compute_advantages(
+        flat, 4, "dgro", explore_std=0.5, generator=torch.Generator().manual_seed(5 * 1_000_003 + 7)
+    )
+    assert torch.equal(a, b) and a.abs().sum() > 0
+    assert not torch.equal(a, dgro(flat, 4, Groups(("a", "b"), step=8, seed=5)).advantages)
+    assert Estimator("grpo").state_dict() == {}
+
+
+def test_an_estimator_refuses_what_it_does_not_take_and_warns_once_when_keys_never_repeat():
+    from axiom_rl.algorithms import Estimator, Groups
+
+    with pytest.raises(
+        UserError, match=r"advantage_params \['keys'\] unknown to 'krpo'; it takes: eps, scale"
+    ):
+        Estimator("krpo", {"keys": ["x"]})  # a run input, not a parameter
+    with pytest.raises(UserError, match="unknown advantage estimator 'nope'"):
+        Estimator("nope")
+    fresh = Estimator("krpo")
+    rewards = torch.tensor([1.0, 0.0] * 8)
+    notes = [
+        fresh(rewards, 2, Groups(tuple(f"p{step}-{i}" for i in range(8)), step)) and fresh.warning()
+        for step in range(3)
+    ]
+    assert notes[0] is None and "none of the 16 groups so far shared a key" in notes[1] and notes[2] is None
+    repeating = Estimator("krpo")
+    for step in range(3):
+        repeating(rewards, 2, Groups(("lcs/d1",) * 8, step))
+        assert repeating.warning() is None

@@ -278,11 +278,19 @@ def test_a_decode_step_that_does_not_compile_runs_plain_and_says_so(monkeypatch)
 
 
 COMPILED_AND_PLAIN_PASSES = """
-import json, warnings
+import contextlib, json, tempfile, warnings
+from pathlib import Path
 import torch
+import torch._inductor.config
 import torch.nn.functional as F
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.rollout import fast
+from axiom_rl.rollout import fast, native
+# torch.compile builds C++ for a CPU (a GPU's step compiles Triton kernels instead) and, as its
+# extensions, leaves its library path unquoted: where torch lies under a path with a space, the
+# link is made in this process against a link without spaces (native.torch_lib_without_spaces).
+torch._inductor.config.compile_threads = 1
+stack = contextlib.ExitStack()
+stack.enter_context(native.torch_lib_without_spaces(Path(stack.enter_context(tempfile.TemporaryDirectory()))))
 model, _ = build_tiny_model("nano", seed=7)
 w = fast._Weights(model, packing=(F.linear, lambda *parts: torch.cat(parts)))  # F.linear, as on a GPU
 ids = torch.randint(3, 200, (3, 9), generator=torch.Generator().manual_seed(0))

@@ -9,6 +9,8 @@ decorated function and one test, and the trainer never branches on a name.
 from .advantages import (
     ADVANTAGES,
     AdvantageResult,
+    Estimator,
+    Groups,
     KalmanBaseline,
     compute_advantages,
     register_advantage,
@@ -31,6 +33,8 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSSES",
     "AdvantageResult",
+    "Estimator",
+    "Groups",
     "KalmanBaseline",
     "clipped_surrogate_loss",
     "compute_advantages",

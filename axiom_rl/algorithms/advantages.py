@@ -259,3 +259,77 @@ def compute_advantages(
     zero = zero_variance_groups(rewards, group_size)
     frac = float(zero.float().mean()) if zero.numel() else 0.0
     return AdvantageResult(advantages, zero, frac)
+
+
+@dataclass(frozen=True)
+class Groups:
+    """What an estimator may know of a batch's groups besides their rewards (one entry a group),
+    and when: the one argument through which a stateful or scheduled estimator sees the run."""
+
+    keys: tuple[str, ...]  # which groups are "the same" across steps (krpo's baseline is per key)
+    step: int = 0  # optimizer steps done before this batch
+    seed: int = 0  # the run's seed (dgro's exploration noise is drawn from seed and step)
+
+
+class Estimator:
+    """A named estimator as a training run uses it, step after step: `estimator(rewards, G,
+    groups)` gives an AdvantageResult, and whatever it carries across steps (krpo's Kalman
+    filters) is in `state_dict`, which the trainer checkpoints. The registry's functions stay
+    pure; this is the one place that hands each the inputs it declares (`state`, `keys`,
+    `step`, `generator`), so a trainer never asks which estimator it runs."""
+
+    def __init__(self, name: str, params: dict[str, Any] | None = None) -> None:
+        if name not in ADVANTAGES:
+            raise UserError(
+                f"unknown advantage estimator {name!r}; choose from: {', '.join(sorted(ADVANTAGES))}"
+            )
+        self.name, self.params = name, dict(params or {})
+        self._wants = set(inspect.signature(ADVANTAGES[name]).parameters)
+        settable = self._wants - {"rewards", "group_size", *RUN_INPUTS}
+        unknown = set(self.params) - settable
+        if unknown:
+            raise UserError(
+                f"advantage_params {sorted(unknown)} unknown to {name!r}; it takes: "
+                f"{', '.join(sorted(settable)) or 'nothing'}"
+            )
+        self.kalman = KalmanBaseline() if "state" in self._wants else None
+        self._groups_seen = 0
+        self._warned = False
+
+    def __call__(self, rewards: torch.Tensor, group_size: int, groups: Groups) -> AdvantageResult:
+        run_inputs: dict[str, Any] = {
+            "state": self.kalman,
+            "keys": list(groups.keys),
+            "step": groups.step,
+            "generator": torch.Generator().manual_seed(groups.seed * 1_000_003 + groups.step),
+        }
+        given = {k: v for k, v in run_inputs.items() if k in self._wants}
+        self._groups_seen += len(groups.keys)
+        result = compute_advantages(rewards, group_size, self.name, return_info=True, **self.params, **given)
+        assert isinstance(result, AdvantageResult)
+        return result
+
+    def warning(self) -> str | None:
+        """Once, if the run's keys have not repeated after several batches (its baseline then
+        never sees a key twice, and krpo is dr_grpo in effect); else None."""
+        if self.kalman is None or self._warned or self._groups_seen < 16:
+            return None
+        if len(self.kalman.states) < self._groups_seen:
+            return None
+        self._warned = True
+        return (
+            f"{self.name}: none of the {self._groups_seen} groups so far shared a key with another, so "
+            "its Kalman baseline never saw a key twice and the advantages are dr_grpo's: key groups "
+            "by task or task/difficulty (krpo_key)"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kalman": self.kalman.state_dict()} if self.kalman is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.kalman is not None and state.get("kalman"):
+            self.kalman.load_state_dict(state["kalman"])
+
+
+# What a run hands an estimator that declares it (Estimator): not settable as advantage_params.
+RUN_INPUTS = ("state", "keys", "step", "generator")

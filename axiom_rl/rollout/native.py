@@ -142,7 +142,7 @@ def _build() -> Callable[..., torch.Tensor]:
                 copying = where / f".{source.name}.{os.getpid()}"
                 shutil.copyfile(source, copying)
                 os.replace(copying, copy)
-        with _torch_lib_without_spaces(where):
+        with torch_lib_without_spaces(where):
             load(
                 "axiom_rl_decode_step",
                 sources=[str(where / source.name) for source in SOURCES],
@@ -158,13 +158,15 @@ def _build() -> Callable[..., torch.Tensor]:
 
 
 @contextlib.contextmanager
-def _torch_lib_without_spaces(where: Path) -> Iterator[None]:
-    """While torch builds the library: its own library directory named by a path without spaces.
+def torch_lib_without_spaces(where: Path) -> Iterator[None]:
+    """While torch builds C++: its own library directory named by a path without spaces.
 
-    torch writes `-L<its library directory>` into the build file unquoted (its include paths it
-    quotes), so where torch is installed under a path with a space (a venv in "/tmp/my project")
-    the link step fails. There the build directory gets a link to that directory, and torch's
-    build names the link instead for as long as this lasts."""
+    torch writes `-L<its library directory>` into the link command unquoted (its include paths it
+    quotes), both for extensions (cpp_extension.load) and for what torch.compile builds for a
+    CPU, so where torch is installed under a path with a space (a venv in "/tmp/my project") the
+    link fails. There `where` gets a link to that directory, and torch's builds name the link
+    instead for as long as this lasts (in this process: torch.compile's own worker processes
+    would not see it)."""
     from torch.utils import cpp_extension
 
     real = cpp_extension.TORCH_LIB_PATH

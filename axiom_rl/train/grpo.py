@@ -22,7 +22,6 @@ Where this departs from textbook GRPO (Shao et al. 2024):
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import statistics
 import time
@@ -34,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..algorithms import ADVANTAGES, KalmanBaseline, compute_advantages, policy_loss, regroupable
+from ..algorithms import Estimator, Groups, policy_loss, regroupable
 from ..config import TrainConfig, save_config
 from ..io import hold_run_dir
 from ..models import replay
@@ -206,21 +205,14 @@ def refill_flat_groups(
     return refilled
 
 
-def estimator_extras(
-    cfg: TrainConfig, scored: Scored, kalman: KalmanBaseline | None, step: int
-) -> dict[str, Any]:
-    """Stateful inputs an estimator may ask for, by parameter name (krpo: state/keys; dgro: step)."""
-    wants = inspect.signature(ADVANTAGES[cfg.advantage]).parameters
-    extras: dict[str, Any] = {}
-    if "state" in wants:
-        extras["state"] = kalman
-    if "keys" in wants:
-        extras["keys"] = [p.id if cfg.krpo_key == "problem" else p.task for p in scored.problems]
-    if "step" in wants:
-        extras["step"] = step
-    if "generator" in wants:
-        extras["generator"] = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    return extras
+def group_keys(problems: list[Problem], key: str) -> tuple[str, ...]:
+    """Which groups are "the same" across steps, for an estimator that keeps state per group
+    (krpo): by problem id, task, or task and difficulty (`krpo_key`)."""
+    if key == "problem":
+        return tuple(p.id for p in problems)
+    if key == "task":
+        return tuple(p.task for p in problems)
+    return tuple(f"{p.task}/d{p.difficulty}" for p in problems)
 
 
 def update_micro_batches(
@@ -451,7 +443,7 @@ def _train(
             None if plan.problems is None else tuple(plan.problems),
         ),
     )
-    kalman = KalmanBaseline() if "state" in inspect.signature(ADVANTAGES[cfg.advantage]).parameters else None
+    estimator = Estimator(cfg.advantage, cfg.advantage_params)
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step, bad_steps = 0, 0
     if ckpt is not None:
@@ -468,8 +460,10 @@ def _train(
         step, bad_steps = state["step"], state.get("bad_steps", 0)
         scale.load_state_dict(state.get("loss_scale"))
         source.load_state_dict(state["sources" if "sources" in state else "streams"][parallel.rank])
-        if kalman is not None and state.get("kalman"):
-            kalman.load_state_dict(state["kalman"][parallel.rank])
+        if state.get("estimator"):
+            estimator.load_state_dict(state["estimator"][parallel.rank])
+        elif state.get("kalman"):  # a checkpoint of an earlier version
+            estimator.load_state_dict({"kalman": state["kalman"][parallel.rank]})
         if parallel.is_main:  # now the run goes on under them (a failed resume left the old ones)
             save_config(cfg, run_dir / "config.json")
     log: Any = (
@@ -493,7 +487,7 @@ def _train(
 
     def checkpoint() -> None:
         sources = parallel.gather(source.state_dict())
-        kalmans = parallel.gather(kalman.state_dict() if kalman else None)
+        estimators = parallel.gather(estimator.state_dict())
         rngs = parallel.gather(rng_state())
         if parallel.is_main:
             trainer_state = {
@@ -501,7 +495,7 @@ def _train(
                 "bad_steps": bad_steps,
                 "loss_scale": scale.state_dict() if scale.enabled else None,
                 "sources": sources,
-                "kalman": kalmans if kalman else None,
+                "estimator": estimators,
             }
             save_checkpoint(
                 run_dir, step, policy, optimizer, scheduler, trainer_state, cfg.keep_checkpoints, rngs, card
@@ -570,14 +564,13 @@ def _train(
             )
             # 2. rewards -> advantages
             rewards = group_rewards(scored, cfg.num_generations)
-            info = compute_advantages(
+            info = estimator(
                 rewards,
                 cfg.num_generations,
-                cfg.advantage,
-                return_info=True,
-                **cfg.advantage_params,
-                **estimator_extras(cfg, scored, kalman, step),
+                Groups(group_keys(scored.problems, cfg.krpo_key), step, cfg.seed),
             )
+            if (note := estimator.warning()) is not None:
+                log.warning(note, say)
             if batch is None:
                 batch = rollout_batch(scored.rollout, policy)
             advantages = info.advantages.to(policy.device)

@@ -4,13 +4,12 @@ mistake. Shared by `train`, `sft` and `eval`, so a typo never leaves a run direc
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..algorithms import ADVANTAGES, LOSSES, policy_loss
+from ..algorithms import ADVANTAGES, LOSSES, Estimator, policy_loss
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
@@ -83,7 +82,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
     choose("rollout backend", cfg.rollout_backend, BACKENDS)
     choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
     choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
-    choose("krpo key", cfg.krpo_key, ("problem", "task"))
+    choose("krpo key", cfg.krpo_key, ("task_difficulty", "task", "problem"))
     choose("overlap verification", cfg.overlap_verification, OVERLAP_CHOICES)
     at_least(
         ("steps", cfg.steps, 1),
@@ -121,19 +120,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
             f"min_completion_length ({cfg.min_completion_length}) exceeds max_completion_length "
             f"({cfg.max_completion_length})"
         )
-    accepted = set(inspect.signature(ADVANTAGES[cfg.advantage]).parameters) - {
-        "rewards",
-        "group_size",
-        "state",
-        "keys",
-        "generator",
-        "step",
-    }
-    unknown = set(cfg.advantage_params) - accepted
-    if unknown:
-        raise UserError(
-            f"advantage_params {sorted(unknown)} unknown to {cfg.advantage!r}; it takes: {', '.join(sorted(accepted))}"
-        )
+    Estimator(cfg.advantage, cfg.advantage_params)  # its parameters checked
     unknown = set(cfg.loss_params) - set(LOSS_PARAMS)
     if unknown:
         raise UserError(
