@@ -117,11 +117,14 @@ def parse_reward_specs(text: str | None) -> list[RewardSpec] | None:
     """'code_execution:1.0,format:0.1' -> specs; None or 'auto' -> None (each task's default)."""
     if text is None or text.strip() in ("", "auto"):
         return None
+    from .reward_stage import COMPONENTS  # components that score a batch (reward_stage.py)
+
+    known = {*REWARDS, *COMPONENTS}
     specs = []
     for part in text.split(","):
         name, _, weight = part.strip().partition(":")
-        if name not in REWARDS:
-            raise UserError(f"unknown reward {name!r}; choose from: auto, {', '.join(sorted(REWARDS))}")
+        if name not in known:
+            raise UserError(f"unknown reward {name!r}; choose from: auto, {', '.join(sorted(known))}")
         try:
             value = float(weight) if weight else 1.0
         except ValueError:

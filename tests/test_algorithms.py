@@ -587,3 +587,46 @@ def test_an_estimator_refuses_what_it_does_not_take_and_warns_once_when_keys_nev
     for step in range(3):
         repeating(rewards, 2, Groups(("lcs/d1",) * 8, step))
         assert repeating.warning() is None
+
+
+# ------------------------------------------------------------------ process supervision
+
+
+def test_step_advantages_hand_derived():
+    """DeepSeekMath's process supervision. One group of two rows. Row 0: steps ending at tokens 2
+    and 4 with rewards 1 and 0; row 1: one step ending at token 3, reward 0. The group's step
+    rewards {1, 0, 0}: mean 1/3, unbiased std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3).
+    Normalised: step (0,0) (2/3)/sqrt(1/3) = 2/sqrt(3); the zeros -(1/3)/sqrt(1/3) = -1/sqrt(3).
+    Row 0, tokens 0-1 (its first step): both steps, 2/sqrt(3) - 1/sqrt(3) = 1/sqrt(3); tokens
+    2-3: -1/sqrt(3); token 4 on (after its last step): 0. Row 1: tokens 0-2 -1/sqrt(3), then 0."""
+    from axiom_rl.algorithms import step_advantages
+
+    out = step_advantages([[2, 4], [3]], [[1.0, 0.0], [0.0]], group_size=2, length=6, eps=0.0)
+    s = 1 / math.sqrt(3)
+    assert out[0].tolist() == pytest.approx([s, s, -s, -s, 0, 0])
+    assert out[1].tolist() == pytest.approx([-s, -s, -s, 0, 0, 0])
+
+
+def test_step_advantages_match_a_loop_reference():
+    from axiom_rl.algorithms import step_advantages
+
+    g = torch.Generator().manual_seed(11)
+    group, length, rows = 4, 9, 8
+    ends, rewards = [], []
+    for _ in range(rows):
+        k = int(torch.randint(0, 4, (), generator=g))
+        cuts = sorted(set(int(x) for x in torch.randint(1, 12, (k,), generator=g).tolist()))
+        ends.append(cuts)
+        rewards.append(torch.rand(len(cuts), generator=g).tolist())
+    got = step_advantages(ends, rewards, group, length)
+    for b in range(0, rows, group):
+        pooled = [r for i in range(b, b + group) for r in rewards[i]]
+        mean = sum(pooled) / len(pooled)
+        sd = math.sqrt(sum((r - mean) ** 2 for r in pooled) / (len(pooled) - 1)) if len(pooled) > 1 else 0.0
+        for i in range(b, b + group):
+            for t in range(length):
+                want = sum((r - mean) / (sd + 1e-4) for e, r in zip(ends[i], rewards[i]) if t < e)
+                assert got[i, t].item() == pytest.approx(want, abs=1e-9), (i, t)
+    assert not step_advantages([[], []], [[], []], 2, 3).any()  # no steps: nothing
+    with pytest.raises(ValueError, match="increasing token counts"):
+        step_advantages([[3, 3], []], [[1.0, 1.0], []], 2, 4)

@@ -14,6 +14,7 @@ from .advantages import (
     KalmanBaseline,
     compute_advantages,
     register_advantage,
+    step_advantages,
     zero_variance_groups,
 )
 from .aggregate import AGGREGATIONS, register_aggregation
@@ -45,5 +46,6 @@ __all__ = [
     "register_kl",
     "register_loss",
     "regroupable",
+    "step_advantages",
     "zero_variance_groups",
 ]

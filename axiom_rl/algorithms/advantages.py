@@ -333,3 +333,46 @@ class Estimator:
 
 # What a run hands an estimator that declares it (Estimator): not settable as advantage_params.
 RUN_INPUTS = ("state", "keys", "step", "generator")
+
+
+def step_advantages(
+    step_ends: Sequence[Sequence[int]],
+    step_rewards: Sequence[Sequence[float]],
+    group_size: int,
+    length: int,
+    eps: float = 1e-4,
+    std: str = "unbiased",
+) -> torch.Tensor:
+    """Per-token advantages [B*G, length] from step rewards: process supervision as DeepSeekMath
+    (Shao et al. 2024, §4.1.3) defines it. Each step reward is normalised by the mean and std of
+    all the step rewards of its group, r~ = (r - mean) / (std + eps); a token's advantage is the
+    sum of the normalised rewards of its step and of every step after it.
+
+    step_ends[i]: where row i's steps end, as token counts (step j covers the tokens from the
+    previous end up to step_ends[i][j] - 1), increasing; step_rewards[i] one reward each. A row
+    without steps (empty lists) gets 0 everywhere, and so do tokens after a row's last step.
+    Rows are prompt-major: group b is rows b*G .. b*G + G-1."""
+    if len(step_ends) != len(step_rewards) or len(step_ends) % group_size:
+        raise ValueError(
+            f"{len(step_ends)} rows of step ends, {len(step_rewards)} of rewards, groups of {group_size}"
+        )
+    out = torch.zeros(len(step_ends), length)
+    for start in range(0, len(step_ends), group_size):
+        rows = range(start, start + group_size)
+        pooled = torch.tensor([float(r) for i in rows for r in step_rewards[i]])
+        if pooled.numel() == 0:
+            continue
+        mean = pooled.mean()
+        spread = pooled.std(unbiased=(std == "unbiased")) if pooled.numel() > 1 else pooled.new_zeros(())
+        for i in rows:
+            ends, values = list(step_ends[i]), list(step_rewards[i])
+            if len(ends) != len(values):
+                raise ValueError(f"row {i}: {len(ends)} step ends for {len(values)} rewards")
+            if any(b <= a for a, b in zip(ends, ends[1:])) or (ends and ends[0] <= 0):
+                raise ValueError(f"row {i}: step ends must be increasing token counts, got {ends}")
+            later = 0.0  # the normalised rewards of the steps after the one being filled
+            for j in reversed(range(len(ends))):
+                later += float((values[j] - mean) / (spread + eps))
+                begin = ends[j - 1] if j else 0
+                out[i, begin : min(ends[j], length)] = later
+    return out

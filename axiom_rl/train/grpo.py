@@ -26,14 +26,14 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..algorithms import Estimator, Groups, policy_loss, regroupable
+from ..algorithms import Estimator, Groups, policy_loss, regroupable, step_advantages
 from ..config import TrainConfig, save_config
 from ..io import hold_run_dir
 from ..models import replay
@@ -43,8 +43,8 @@ from ..models.load import (
     resolve_device,
 )
 from ..models.replay import LinearOutputs
-from ..rewards import compute_reward
-from ..rollout import Rollout, generate_verified, get_backend, truncation_warning
+from ..reward_stage import RewardStage, StepRewards
+from ..rollout import Rollout, decode_completion, generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
 from ..sources import Outcome, Source, SourceContext, make_source, outcomes
 from ..tasks import get_task
@@ -98,6 +98,7 @@ class Scored:
     components: list[dict[str, float]]  # [B*G]
     time_rollout: float = 0.0
     time_reward: float = 0.0
+    steps: list[StepRewards | None] = field(default_factory=list)  # [B*G]: process rewards, if any
 
 
 @dataclass
@@ -106,28 +107,26 @@ class PendingRollout:
 
     problems: list[Problem]  # [B]
     rollout: Rollout  # [B*G]
-    plan: Plan
+    stage: RewardStage
     time_rollout: float
     verification: BatchVerification  # of the rows [B*G]
 
     def scored(self) -> Scored:
-        """Wait for the verdicts (verify, where nothing did yet); the rewards. time_reward is
-        the time spent here."""
+        """Wait for the verdicts (verify, where nothing did yet); the reward stage's rewards.
+        time_reward is the time spent here."""
         start = time.perf_counter()
         texts = self.rollout.texts
         verdicts = self.verification.verdicts(texts)
-        scored = [
-            compute_reward(p, text, v, self.plan.rewards)
-            for p, text, v in zip(self.verification.problems, texts, verdicts)
-        ]
+        result = self.stage.score(self.verification.problems, texts, verdicts)
         return Scored(
             self.problems,
             self.rollout,
             verdicts,
-            [r for r, _ in scored],
-            [c for _, c in scored],
+            result.rewards,
+            result.components,
             self.time_rollout,
             time.perf_counter() - start,
+            result.steps,
         )
 
 
@@ -137,6 +136,7 @@ def start_rollout(
     problems: list[Problem],
     cfg: TrainConfig,
     plan: Plan,
+    stage: RewardStage,
     sandbox: Sandbox | None,
     overlap: bool,
 ) -> PendingRollout:
@@ -153,7 +153,7 @@ def start_rollout(
     start = time.perf_counter()
     policy.model.eval()
     rollout = generate_verified(backend, policy.model, policy.tokenizer, prompts, g, stops, cfg, verification)
-    return PendingRollout(problems, rollout, plan, time.perf_counter() - start, verification)
+    return PendingRollout(problems, rollout, stage, time.perf_counter() - start, verification)
 
 
 def group_rewards(scored: Scored, g: int) -> torch.Tensor:
@@ -174,6 +174,7 @@ def refill_flat_groups(
     source: Source,
     cfg: TrainConfig,
     plan: Plan,
+    stage: RewardStage,
     sandbox: Sandbox | None,
 ) -> int:
     """DAPO dynamic sampling: swap groups with all-equal rewards for fresh prompts. Returns how many."""
@@ -184,7 +185,7 @@ def refill_flat_groups(
         if not flat:
             break
         fresh = start_rollout(
-            policy, backend, source.next_batch(len(flat)), cfg, plan, sandbox, overlap=False
+            policy, backend, source.next_batch(len(flat)), cfg, plan, stage, sandbox, overlap=False
         ).scored()
         source.observe(scored_outcomes(fresh))
         for k, i in enumerate(flat):
@@ -198,11 +199,49 @@ def refill_flat_groups(
                 scored.verdicts[dst] = fresh.verdicts[src]
                 scored.rewards[dst] = fresh.rewards[src]
                 scored.components[dst] = fresh.components[src]
+                scored.steps[dst] = fresh.steps[src]
         scored.rollout.linear_outputs = None  # its rows no longer match the record's
         scored.time_rollout += fresh.time_rollout
         scored.time_reward += fresh.time_reward
         refilled += len(flat)
     return refilled
+
+
+def with_step_credit(
+    outcome: torch.Tensor, scored: Scored, tokenizer: Any, g: int, batch: TokenBatch
+) -> torch.Tensor:
+    """The advantages the loss gets: the outcome advantages [B*G] as they are, or, where a reward
+    component gave step rewards, [B*G, T]: each token's outcome advantage plus its process term
+    (algorithms.step_advantages: its step's and later steps' rewards, normalised in the group)."""
+    if not any(s is not None for s in scored.steps):
+        return outcome
+    ends: list[list[int]] = []
+    values: list[list[float]] = []
+    for ids, steps in zip(scored.rollout.completion_ids, scored.steps):
+        merged: dict[int, float] = {}
+        if steps is not None:
+            for t, v in zip(token_ends(tokenizer, ids, steps.ends), steps.values):
+                merged[t] = merged.get(t, 0.0) + v  # steps that end in the same token: one step
+        ends.append(sorted(merged))
+        values.append([merged[t] for t in sorted(merged)])
+    process = step_advantages(ends, values, g, batch.completion_ids.shape[1])  # [B*G, T]
+    return outcome.unsqueeze(1).to(process.dtype) + process
+
+
+def token_ends(tokenizer: Any, ids: Sequence[int], char_ends: Sequence[int]) -> list[int]:
+    """For offsets in a completion's text (decode_completion of `ids`): how many of its tokens it
+    takes to reach each, the token counts step_advantages expects: the fewest whose text begins
+    with the completion's text up to that offset (a character of several tokens, or a step that
+    ends inside a token, ends with its last token; a prefix that ends inside a character decodes
+    to a replacement character, not to it)."""
+    text = decode_completion(tokenizer, ids)
+    prefixes = [decode_completion(tokenizer, ids[: k + 1]) for k in range(len(ids))]
+    out, k = [], 0
+    for end in char_ends:
+        while k < len(prefixes) and not (len(prefixes[k]) >= end and prefixes[k][:end] == text[:end]):
+            k += 1
+        out.append(min(k + 1, len(ids)))
+    return out
 
 
 def group_keys(problems: list[Problem], key: str) -> tuple[str, ...]:
@@ -444,6 +483,7 @@ def _train(
         ),
     )
     estimator = Estimator(cfg.advantage, cfg.advantage_params)
+    stage = RewardStage.from_specs(plan.rewards)  # components that hold a model load here, once
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step, bad_steps = 0, 0
     if ckpt is not None:
@@ -538,7 +578,7 @@ def _train(
             # 1. rollout and verification; with overlap_verification, the reference and old
             # log-probs (which need no reward) run while the sandbox finishes
             pending = start_rollout(
-                policy, backend, source.next_batch(cfg.prompts_per_step), cfg, plan, sandbox, overlap
+                policy, backend, source.next_batch(cfg.prompts_per_step), cfg, plan, stage, sandbox, overlap
             )
             batch, early = None, None
             if overlap and not cfg.dynamic_sampling:  # (a refill would change the batch's rows)
@@ -558,7 +598,7 @@ def _train(
             source.observe(scored_outcomes(scored))
             zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
             refilled = (
-                refill_flat_groups(scored, policy, backend, source, cfg, plan, sandbox)
+                refill_flat_groups(scored, policy, backend, source, cfg, plan, stage, sandbox)
                 if cfg.dynamic_sampling
                 else 0
             )
@@ -573,7 +613,10 @@ def _train(
                 log.warning(note, say)
             if batch is None:
                 batch = rollout_batch(scored.rollout, policy)
-            advantages = info.advantages.to(policy.device)
+            advantages = with_step_credit(
+                info.advantages, scored, policy.tokenizer, cfg.num_generations, batch
+            )
+            advantages = advantages.to(policy.device)
             flat_steps = flat_steps + 1 if not bool(info.advantages.any()) else 0
             if flat_steps == STALL_STEPS:
                 log.warning(
