@@ -172,3 +172,35 @@ def test_step_rewards_reach_the_loss_as_per_token_advantages(tmp_path, monkeypat
     seen.clear()
     train(TrainConfig(**options, output_dir=str(tmp_path / "outcome")))
     assert all(a.dim() == 1 for a, _ in seen)
+
+
+def test_the_documented_component_scores_true_equations_as_steps(tmp_path):
+    """The example of docs/training.md, "Writing a reward component", run as written there: its
+    steps and values on hand-checked text, linear on hostile text, and in a 2-step CPU run."""
+    import re
+    import time
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "training.md"
+    section = docs.read_text().split("### Writing a reward component", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    namespace: dict = {}
+    exec(compile(code, str(docs), "exec"), namespace)
+    try:
+        component = namespace["TrueEquations"]()
+        text = "<think>3 + 4 = 7, 7 * 2 = 15\n</think><answer>(3 + 4) * 2</answer>"
+        scores = component.score([None, None], [text, "no steps"], [None, None])
+        assert scores.rows == [0.5, 0.0]
+        assert scores.steps[0] == StepRewards((text.index(","), text.index("\n")), (1.0, 0.0))
+        assert scores.steps[1] is None
+        start = time.perf_counter()
+        component.score([None], ["1" * 200_000 + " + "], [None])
+        assert time.perf_counter() - start < 2.0  # no rescans of a long run of digits
+        result = train(TrainConfig(
+            model="tiny", tiny_size="nano", tasks=["countdown"], steps=2, prompts_per_step=2,
+            num_generations=4, max_completion_length=16, save_every=0,
+            rewards="countdown:1.0,true_equations:0.5", output_dir=str(tmp_path / "run"),
+        ))  # fmt: skip
+        assert all("reward/true_equations" in row for row in result.metrics)
+    finally:
+        COMPONENTS.pop("true_equations", None)
