@@ -179,6 +179,12 @@ class TrainConfig(ModelOptions):
     """Print sampled completions as training goes."""
     max_bad_steps: int = 3
     """Stop (after a checkpoint) when this many steps in a row have a NaN or inf loss."""
+    # -- speed ------------------------------------------------------------------------------
+    speed: dict[str, Any] = field(default_factory=dict)
+    """Speed-ups (axiom_rl/speed): 'plain' for plain PyTorch and transformers throughout, 'auto'
+    (the default: what pays on the device), and settings as name=on|off after either, such as
+    'auto,attention_kernel=off' (YAML: {preset: plain, attention_kernel: true}). config.json lists
+    every setting the run used."""
 
 
 @dataclass
@@ -287,6 +293,16 @@ ALIASES = {"problems": "tasks", "generations": "num_generations", "task": "tasks
 _NO_CLI = {"advantage_params", "loss_params", "source"}  # YAML only
 
 
+def _speed_from_text(text: str) -> dict[str, Any]:
+    from .speed import parse_speed_option
+
+    return parse_speed_option(text)
+
+
+# Mapping fields that also take a command-line string: how it is read.
+_FROM_TEXT = {"speed": _speed_from_text}
+
+
 @cache
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring under each dataclass field (the string literal after the annotation)."""
@@ -354,6 +370,8 @@ def coerce(cls: type, name: str, value: Any) -> Any:
             items = value.split(",") if isinstance(value, str) else list(value)
             return [str(v).strip() for v in items if str(v).strip()]
         if origin is dict:
+            if isinstance(value, str) and name in _FROM_TEXT:  # a command-line value
+                return _FROM_TEXT[name](value)
             if not isinstance(value, dict):
                 raise ValueError
             return dict(value)

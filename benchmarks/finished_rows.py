@@ -36,6 +36,7 @@ from grpo_step import prompts as countdown_prompts  # noqa: E402  (the step benc
 from axiom_rl.errors import UserError  # noqa: E402
 from axiom_rl.models.load import load_policy  # noqa: E402
 from axiom_rl.rollout.fast import FastBackend, supports  # noqa: E402
+from axiom_rl.speed import Speed  # noqa: E402
 
 MODES = ("keep", "drop")
 
@@ -74,11 +75,14 @@ def main() -> None:
         ap.error("this model's architecture is not one axiom-rl's decode loop runs (see rollout/fast.py)")
     prompts = countdown_prompts(args.prompts)
     stops = list(args.stops)
-    backend = FastBackend()
-    backend.record_linear_outputs = not args.no_record  # as the trainer's, where μ = 1
+    backends = {
+        mode: FastBackend(speed=Speed(drop_finished_rows=mode == "drop")) for mode in ("drop", "keep")
+    }
+    for backend in backends.values():
+        backend.record_linear_outputs = not args.no_record  # as the trainer's, where μ = 1
 
     def rollout(mode: str, seed: int) -> tuple[float, list[list[int]], int]:
-        backend.drop_finished = mode == "drop"
+        backend = backends[mode]
         torch.manual_seed(seed)
         start = time.perf_counter()
         out = backend.generate(

@@ -92,60 +92,84 @@ CONFIGS = {
 }
 
 
-# axiom-rl with one speed-up turned off: name -> (what is off, TrainConfig overrides). Those
-# that are not options of the trainer are switched off by patching it in the child process.
+# axiom-rl with one speed-up turned off: name -> (what is off, TrainConfig overrides: a setting of
+# the run's `speed` section, as a user turns it off, or another option).
 ABLATIONS = {
     "hf-generate": ("transformers generate instead of the decode loop", {"rollout_backend": "hf"}),
-    "default-malloc": ("glibc's default malloc settings, not keep_freed_memory", {}),
-    "unfused-adamw": ("PyTorch's default (per-tensor) AdamW instead of the fused one", {}),
-    "autograd-mlp": ("autograd's gated MLP, keeping silu(gate) and the product down_proj reads", {}),
-    "unshared-prompts": ("every row's prompt run in the training passes, not each group's once", {}),
-    # Not a speed-up there: the default on a GPU is every row's prompt (see grpo.SHARE_PROMPT_PASSES).
-    "shared-prompts": ("each group's prompt run once in the training passes, as on a CPU (GPU only)", {}),
-    "eager-decode": ("the decode step launched op by op, not replayed as a CUDA graph (GPU only)", {}),
+    "default-malloc": (
+        "glibc's default malloc settings, not keep_freed_memory",
+        {"speed": {"keep_freed_memory": False}},
+    ),
+    "unfused-adamw": (
+        "PyTorch's default (per-tensor) AdamW instead of the fused one",
+        {"speed": {"fused_adamw": False}},
+    ),
+    "autograd-mlp": (
+        "autograd's gated MLP, keeping silu(gate) and the product down_proj reads",
+        {"speed": {"lean_mlp": False}},
+    ),
+    "unshared-prompts": (
+        "every row's prompt run in the training passes, not each group's once",
+        {"speed": {"share_prompt_passes": False}},
+    ),
+    # Not a speed-up there: the default on a GPU is every row's prompt (Speed.share_prompt_passes).
+    "shared-prompts": (
+        "each group's prompt run once in the training passes, as on a CPU (GPU only)",
+        {"speed": {"share_prompt_passes": True}},
+    ),
+    "eager-decode": (
+        "the decode step launched op by op, not replayed as a CUDA graph (GPU only)",
+        {"speed": {"static_decode": False}},
+    ),
     "uncompiled-decode": (
         "the CUDA graph of the decode step's plain ops, not of their compiled kernels (GPU only)",
-        {},
+        {"speed": {"compile_decode": False}},
     ),
-    "python-decode": ("the decode step's calls made from Python, not from the C++ step (CPU only)", {}),
+    "python-decode": (
+        "the decode step's calls made from Python, not from the C++ step (CPU only)",
+        {"speed": {"decode_step": False}},
+    ),
     "aten-ops": (
         "the C++ step's attention and element-wise work in ATen's calls, not its own loops (CPU only)",
-        {},
+        {"speed": {"decode_own_kernels": False}},
     ),
     "onednn-linear": (
         "the rollout's linear layers in the library that trains (oneDNN; MKL on Intel CPUs), not the C++ step's "
         "kernel (CPU only)",
-        {},
+        {"speed": {"decode_linear_kernel": False}},
     ),
     "column-split-decode": (
         "the C++ step's kernels each splitting their work by columns, not the rows split between the threads "
         "(CPU only)",
-        {},
+        {"speed": {"decode_split_rows": False}},
     ),
     "aten-silu": (
         "the training passes' SiLU and product in ATen's calls, not the fused kernels (CPU only)",
-        {},
+        {"speed": {"fused_silu": False}},
     ),
     "sdpa-attention": (
         "the training passes' attention in PyTorch's SDPA, not axiom-rl's kernel (CPU only)",
-        {},
+        {"speed": {"attention_kernel": False}},
     ),
     "aten-norm": (
         "the training passes' RMSNorm in transformers' ATen calls, not axiom-rl's kernel (CPU only)",
-        {},
+        {"speed": {"rms_norm_kernel": False}},
     ),
     "aten-rope": (
         "the training passes' rotary embedding in transformers' ATen calls, not axiom-rl's kernel (CPU only)",
-        {},
+        {"speed": {"rotary_kernel": False}},
     ),
-    "default-matmul": ("PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)", {}),
+    "default-matmul": (
+        "PyTorch's own BLAS (MKL) for float32 linear layers, not oneDNN (CPU only)",
+        {"speed": {"onednn_linear": False}},
+    ),
     "no-replay": (
         "the policy's forward computes its linear layers, not replaying the rollout's outputs (CPU only)",
-        {},
+        {"speed": {"replay_linear_outputs": False}},
     ),
     "unpacked-reference": (
         "the frozen reference's weights laid out by oneDNN on every call, not once at load (CPU only)",
-        {},
+        {"speed": {"pack_reference": False}},
     ),
 }
 # Where an ablation changes anything; `--ablations` alone runs those of the device.
@@ -173,58 +197,9 @@ def ablation_applies(name: str, device: str) -> bool:
     return ABLATION_DEVICE.get(name, device) == device
 
 
-# Ablations that turn off one of axiom-rl's kernels: (module, its switch), set to False.
-KERNEL_SWITCHES = {
-    "aten-ops": ("axiom_rl.rollout.native", "OWN_KERNELS"),
-    "onednn-linear": ("axiom_rl.rollout.native", "MATMUL_KERNEL"),
-    "column-split-decode": ("axiom_rl.rollout.native", "SPLIT_ROWS"),
-    "aten-silu": ("axiom_rl.models.activation_memory", "FUSED_KERNELS"),
-    "sdpa-attention": ("axiom_rl.models.attention", "KERNEL"),
-    "aten-norm": ("axiom_rl.models.rms_norm", "KERNEL"),
-    "aten-rope": ("axiom_rl.models.rotary", "KERNEL"),
-    "no-replay": ("axiom_rl.models.replay", "ENABLED"),
-    "unpacked-reference": ("axiom_rl.models.cpu_matmul", "PACK_FROZEN"),
-    "uncompiled-decode": ("axiom_rl.rollout.fast", "COMPILE_DECODE"),
-}
-
-
 def switch_off(ablation: str | None) -> dict:
-    """Patch the trainer for an ablation; returns its TrainConfig overrides."""
-    if ablation is None:
-        return {}
-    import importlib
-
-    import torch
-
-    from axiom_rl.train import grpo
-
-    if ablation in KERNEL_SWITCHES:
-        module, switch = KERNEL_SWITCHES[ablation]
-        setattr(importlib.import_module(module), switch, False)
-    elif ablation == "default-malloc":
-        grpo.keep_freed_memory = lambda: False
-    elif ablation == "autograd-mlp":
-        from axiom_rl.models import load
-
-        load.lean_mlp_activations = lambda model: 0
-    elif ablation in ("unshared-prompts", "shared-prompts"):
-        grpo.SHARE_PROMPT_PASSES = ablation == "shared-prompts"
-    elif ablation == "eager-decode":
-        from axiom_rl.rollout.fast import FastBackend
-
-        FastBackend.decode = "eager"
-    elif ablation == "python-decode":
-        from axiom_rl.rollout.fast import FastBackend
-
-        FastBackend.decode = "python"
-    elif ablation == "default-matmul":
-        from axiom_rl.models import cpu_matmul
-
-        os.environ[cpu_matmul.ENV] = "default"
-        cpu_matmul.backend.cache_clear()
-    elif ablation == "unfused-adamw":
-        grpo.make_optimizer = lambda params, lr, wd: torch.optim.AdamW(params, lr=lr, weight_decay=wd)
-    return ABLATIONS[ablation][1]
+    """The TrainConfig overrides of an ablation (nothing is patched: each is a setting)."""
+    return {} if ablation is None else dict(ABLATIONS[ablation][1])
 
 
 # ------------------------------------------------------------------------------ shared set-up

@@ -35,8 +35,6 @@ import torch  # noqa: E402
 from axiom_rl.config import TrainConfig  # noqa: E402
 from axiom_rl.errors import UserError  # noqa: E402
 from axiom_rl.models.load import load_policy  # noqa: E402
-from axiom_rl.train import batch as token_batches  # noqa: E402
-from axiom_rl.train import grpo  # noqa: E402
 from axiom_rl.train.batch import TokenBatch, build_batch, micro_batches, prompt_runs  # noqa: E402
 from axiom_rl.train.distributed import Parallel  # noqa: E402
 from axiom_rl.train.grpo import frozen_passes, optimizer_step, share_prompt_passes  # noqa: E402
@@ -64,11 +62,11 @@ def varied_batch(
     return build_batch(rows, completions, pad, device)
 
 
-def positions(batch: TokenBatch, parts: int, share: bool) -> int:
-    """Token positions the layers run in the current mode's micro-batches, padding included (with
-    `share`, each group's prompt once per micro-batch)."""
+def positions(batch: TokenBatch, parts: int, share: bool, bucket: bool) -> int:
+    """Token positions the layers run in the micro-batches, with length bucketing or without,
+    padding included (with `share`, each group's prompt once per micro-batch)."""
     total = 0
-    for _, part in micro_batches(batch, parts, share):
+    for _, part in micro_batches(batch, parts, share, bucket=bucket):
         rows, t = part.input_ids.shape[0], part.completion_length
         prompts = len(prompt_runs(part)[0]) if share else rows
         total += prompts * (part.input_ids.shape[1] - t) + rows * t
@@ -98,8 +96,7 @@ def main() -> None:
     for name in ("repeats", "micro_batches", "prompts", "generations", "completion"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.prompt_passes != "auto":
-        grpo.SHARE_PROMPT_PASSES = args.prompt_passes == "shared"
+    passes = {} if args.prompt_passes == "auto" else {"share_prompt_passes": args.prompt_passes == "shared"}
     try:
         policy = load_policy(
             args.model,
@@ -111,10 +108,14 @@ def main() -> None:
         )
     except UserError as e:
         ap.error(str(e))
-    cfg = TrainConfig(
-        model=args.model, tiny_size=args.tiny_size, beta=0.04, loss_type="grpo",
-        gradient_accumulation_steps=args.micro_batches, max_completion_length=args.completion,
-    )  # fmt: skip
+    configs = {  # the two modes: the run's speed setting, as a user sets it
+        mode: TrainConfig(
+            model=args.model, tiny_size=args.tiny_size, beta=0.04, loss_type="grpo",
+            gradient_accumulation_steps=args.micro_batches, max_completion_length=args.completion,
+            speed={**passes, "bucket_lengths": mode == "on"},
+        )
+        for mode in MODES
+    }  # fmt: skip
     vocab = policy.model.get_input_embeddings().weight.shape[0]
     batch = varied_batch(
         args.prompts, args.generations, args.completion, vocab, policy.tokenizer.pad_token_id, policy.device
@@ -124,9 +125,10 @@ def main() -> None:
     )
     optimizer = make_optimizer(policy.trainable_parameters, lr=1e-6, weight_decay=0.0)
     parallel = Parallel(policy.device)
-    share = share_prompt_passes(batch)
+    share = share_prompt_passes(batch, configs["on"])
 
-    def step() -> float:
+    def step(mode: str) -> float:
+        cfg = configs[mode]
         start = time.perf_counter()
         ref, old, _ = frozen_passes(policy, batch, cfg)
         optimizer_step(policy, policy.model, optimizer, batch, advantages, old, ref, cfg, parallel)
@@ -144,15 +146,12 @@ def main() -> None:
     seconds: dict[str, list[float]] = {m: [] for m in MODES}
     tokens = {}
     for mode in MODES:  # one warm-up step each
-        token_batches.BUCKET_LENGTHS = mode == "on"
-        tokens[mode] = positions(batch, args.micro_batches, share)
-        step()
+        tokens[mode] = positions(batch, args.micro_batches, share, bucket=mode == "on")
+        step(mode)
     for i in range(args.repeats):
         for mode in MODES if i % 2 == 0 else MODES[::-1]:
-            token_batches.BUCKET_LENGTHS = mode == "on"
-            seconds[mode].append(step())
+            seconds[mode].append(step(mode))
             print(f"   repeat {i + 1}/{args.repeats} {mode}: {seconds[mode][-1]:.3f} s", flush=True)
-    token_batches.BUCKET_LENGTHS = True
     print(f"   {'bucketing':<10}{'s/step median (range)':>26}{'positions':>12}")
     for mode in MODES:
         s = seconds[mode]

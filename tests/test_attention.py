@@ -190,14 +190,14 @@ def test_calls_the_kernel_cannot_take_go_to_sdpa_unchanged():
         got = attention.attention_forward(layer, *args, **kwargs)[0]
         want = sdpa_attention_forward(layer, *args, **kwargs)[0]
         assert torch.equal(got, want)
-    # and with the switch off, every call
-    attention.KERNEL = False
-    try:
-        got = attention.attention_forward(layer, q, k, v, None)[0]
-    finally:
-        attention.KERNEL = True
-    assert torch.equal(got, sdpa_attention_forward(layer, q, k, v, None)[0])
-    assert not torch.equal(attention.attention_forward(layer, q, k, v, None)[0], got)
+    # A model loaded with the kernel off (Speed.attention_kernel) keeps SDPA; on, it is switched.
+    from axiom_rl.models.load import install_speed_ups
+    from axiom_rl.speed import Speed
+
+    for on in (False, True):
+        model, _ = build_tiny_model("nano")
+        install_speed_ups(model, Speed(attention_kernel=on), torch.device("cpu"))
+        assert model.config._attn_implementation == (attention.NAME if on else "sdpa")
 
 
 def test_a_model_on_eager_attention_is_left_alone():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -125,33 +126,34 @@ def test_each_ablation_changes_what_it_names_on_its_device(grpo_step):
             timeout=60,
         )
         assert proc.returncode == 2 and f"--ablations {other} changes nothing on {device}" in proc.stderr
-    # the trainer's switch the two prompt ablations set: None chooses by device
-    from axiom_rl.train import grpo
+    # Every ablation is a setting of the run, as a user sets it: each names a real speed setting
+    # (or another option), and nothing is patched.
+    from axiom_rl.speed import Speed
 
-    assert grpo.SHARE_PROMPT_PASSES is None
-    switched = []
-    try:
-        for name in ("unshared-prompts", "shared-prompts"):
-            grpo_step.switch_off(name)
-            switched.append(grpo.SHARE_PROMPT_PASSES)
-    finally:
-        grpo.SHARE_PROMPT_PASSES = None
-    assert switched == [False, True]
+    settings = {f.name for f in dataclasses.fields(Speed)}
+    for name in grpo_step.ABLATIONS:
+        overrides = grpo_step.switch_off(name)
+        assert overrides and set(overrides.get("speed", {})) <= settings, name
+        Speed.resolve(overrides.get("speed"), "cpu")  # each a valid section
+    assert grpo_step.switch_off("unshared-prompts") == {"speed": {"share_prompt_passes": False}}
+    assert grpo_step.switch_off("shared-prompts") == {"speed": {"share_prompt_passes": True}}
 
 
-def test_each_kernel_ablation_turns_off_a_switch_the_code_reads(grpo_step):
-    """A kernel ablation sets its module's switch to False (and names one that exists: a typo
-    would only add an attribute nothing reads)."""
-    for name, (module_name, switch) in grpo_step.KERNEL_SWITCHES.items():
-        assert name in grpo_step.ABLATIONS and grpo_step.ABLATION_DEVICE[name] in ("cpu", "cuda")
-        module = importlib.import_module(module_name)
-        before = getattr(module, switch)
-        assert before is True, name
-        try:
-            grpo_step.switch_off(name)
-            assert getattr(module, switch) is False
-        finally:
-            setattr(module, switch, before)
+def test_each_speed_ablation_changes_the_setting_its_device_resolves(grpo_step):
+    """A speed ablation flips a setting that is on by default where it applies (a typo or a
+    setting already off there would measure nothing)."""
+    from axiom_rl.speed import Speed
+
+    for name, (_, overrides) in grpo_step.ABLATIONS.items():
+        if "speed" not in overrides:
+            continue
+        device = grpo_step.ABLATION_DEVICE.get(name, "cpu")
+        default = Speed.resolve(None, device)
+        ablated = Speed.resolve(overrides["speed"], device)
+        changed = {
+            f.name for f in dataclasses.fields(Speed) if getattr(default, f.name) != getattr(ablated, f.name)
+        }
+        assert changed == set(overrides["speed"]), (name, changed)
 
 
 LENGTH_BUCKETS = SCRIPT.with_name("length_buckets.py")

@@ -17,6 +17,7 @@ from axiom_rl.models.tiny import TinySize, build_char_tokenizer, build_tiny_mode
 from axiom_rl.rollout import fast
 from axiom_rl.rollout.fast import FastBackend, _StopCheck, supports, teacher_forced_logits
 from axiom_rl.rollout.hf import HFBackend
+from axiom_rl.speed import Speed
 from axiom_rl.train.batch import build_batch
 
 GQA = TinySize(64, 2, 4, 2, 128)  # 4 query heads sharing 2 key/value heads
@@ -211,12 +212,13 @@ def test_each_row_is_reported_once_with_its_final_text_and_early_rows_before_the
         assert [i for i, _ in reported] == list(range(len(rollout.texts)))
 
 
-def decoded_both_ways(model, tok, device):
-    """The same rollout with the static decode step (a CUDA graph on CUDA) and the eager one."""
+def decoded_both_ways(model, tok, device, compiled=True):
+    """The same rollout with the static decode step (a CUDA graph on CUDA; `compiled`:
+    Speed.compile_decode) and the eager one."""
     model = model.to(device)
     out = []
     for decode in ("static", "eager"):
-        backend = FastBackend()
+        backend = FastBackend(speed=Speed(compile_decode=compiled))
         backend.decode = decode
         torch.manual_seed(11)
         with warnings.catch_warnings():
@@ -237,14 +239,13 @@ def test_the_static_decode_step_samples_what_the_eager_one_does(build):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
 @pytest.mark.parametrize("compiled", [False, True], ids=["plain", "compiled"])
 @pytest.mark.parametrize("build", ARCHITECTURES)
-def test_the_cuda_graph_decode_samples_what_the_eager_loop_does(monkeypatch, build, compiled):
+def test_the_cuda_graph_decode_samples_what_the_eager_loop_does(build, compiled):
     """Plain, the same kernels replayed: the same bits. Compiled, fused element-wise work rounds
     differently (float32 here), so a token could differ only where a uniform draw falls within
     that rounding of the edge between two tokens, which no draw of this seed does. A failed
     compile or capture warns, which fails the test."""
-    monkeypatch.setattr(fast, "COMPILE_DECODE", compiled)
     model, tok = build(6)
-    static, eager = decoded_both_ways(model, tok, "cuda")
+    static, eager = decoded_both_ways(model, tok, "cuda", compiled)
     assert static.completion_ids == eager.completion_ids and static.finished == eager.finished
     assert len({len(c) for c in static.completion_ids}) > 1
 
@@ -257,7 +258,6 @@ def test_a_decode_step_that_does_not_compile_runs_plain_and_says_so(monkeypatch)
         raise RuntimeError("no compiler here\nmore detail")
 
     monkeypatch.setattr(fast, "_compiled_ops", lambda: fast._LayerOps(qkv=broken))
-    monkeypatch.setattr(fast, "_compile_failed", False)  # restored after: later tests compile again
     model, tok = build_tiny_model("nano", seed=5)
     model = model.cuda()
     backend = FastBackend()
@@ -271,9 +271,10 @@ def test_a_decode_step_that_does_not_compile_runs_plain_and_says_so(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the next rollout does not try again: no second warning
         again = backend.generate(model, tok, TEXTS, 2, 12, 1.0, 1.0, [], 512)
-    monkeypatch.setattr(fast, "COMPILE_DECODE", False)
     torch.manual_seed(2)
-    plain = backend.generate(model, tok, TEXTS, 2, 12, 1.0, 1.0, [], 512)
+    plain = FastBackend(speed=Speed(compile_decode=False)).generate(
+        model, tok, TEXTS, 2, 12, 1.0, 1.0, [], 512
+    )
     assert fell_back.completion_ids == again.completion_ids == plain.completion_ids
 
 

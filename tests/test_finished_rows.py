@@ -19,6 +19,7 @@ from test_replay import PROMPTS, pass_with
 from axiom_rl.models.load import load_policy
 from axiom_rl.rollout import native
 from axiom_rl.rollout.fast import FastBackend, _Decoding
+from axiom_rl.speed import Speed
 from axiom_rl.train.batch import build_batch
 
 # Rows end where they sample any of these characters: a random model's completions then end at
@@ -26,9 +27,11 @@ from axiom_rl.train.batch import build_batch
 STOPS = list("aeiou0123")
 
 
-def rollout(policy, drop: bool, decode: str = "auto", g: int = 8, new_tokens: int = 40, spare=None):
-    backend = FastBackend()
-    backend.drop_finished, backend.decode = drop, decode
+def rollout(
+    policy, drop: bool, decode: str = "auto", g: int = 8, new_tokens: int = 40, spare=None, speed=None
+):
+    backend = FastBackend(speed=dataclasses.replace(speed or Speed(), drop_finished_rows=drop))
+    backend.decode = decode
     backend.record_linear_outputs = True
     backend.recycle(spare)
     torch.manual_seed(7)
@@ -40,8 +43,9 @@ def rollout(policy, drop: bool, decode: str = "auto", g: int = 8, new_tokens: in
 def test_rows_that_finished_leave_the_step_and_every_token_stays_the_same(own_kernels):  # noqa: F811
     skip_without_panel_kernel()  # the kernel whose sums do not depend on the rows beside them
     policy = load_policy("tiny", device="cpu", need_reference=False, seed=4)
-    every, every_rows = rollout(policy, drop=False)
-    dropping, dropping_rows = rollout(policy, drop=True)
+    speed = Speed(decode_own_kernels=own_kernels)
+    every, every_rows = rollout(policy, drop=False, speed=speed)
+    dropping, dropping_rows = rollout(policy, drop=True, speed=speed)
     lengths = sorted(len(c) for c in every.completion_ids)
     assert lengths[0] < lengths[-1] // 4 and any(every.finished)  # lengths that vary: rows to drop
     assert dropping.completion_ids == every.completion_ids
@@ -52,7 +56,7 @@ def test_rows_that_finished_leave_the_step_and_every_token_stays_the_same(own_ke
     # Never fewer than the rows that had not ended when each step ran, and in whole shares of the
     # threads (at most a share's worth of finished rows more).
     going = [sum(1 for n in lengths if n > t) for t in range(steps)]
-    unit = native.split_unit(SimpleNamespace(linear=native.linear_panels))
+    unit = native.split_unit(SimpleNamespace(linear=native.linear_panels), own_kernels=own_kernels)
     assert sum(going) <= dropping_rows <= sum(min(len(lengths), -(-n // unit) * unit) for n in going)
 
 
@@ -67,7 +71,8 @@ def test_the_python_step_computes_every_row_to_the_end():
 def test_a_finished_row_s_record_holds_its_completion_and_the_training_pass_is_the_same(own_kernels):  # noqa: F811
     skip_without_panel_kernel()
     policy = load_policy("tiny", device="cpu", need_reference=False, seed=5)
-    every, _ = rollout(policy, drop=False)
+    speed = Speed(decode_own_kernels=own_kernels)
+    every, _ = rollout(policy, drop=False, speed=speed)
     buffers = every.linear_outputs
     full = dataclasses.replace(
         buffers,
@@ -77,7 +82,7 @@ def test_a_finished_row_s_record_holds_its_completion_and_the_training_pass_is_t
     )
     for t in buffers.flat():
         t.fill_(3.0)  # an earlier rollout's values, where the dropping one does not write
-    dropping, _ = rollout(policy, drop=True, spare=buffers)
+    dropping, _ = rollout(policy, drop=True, spare=buffers, speed=speed)
     record = dropping.linear_outputs
     assert record.flat()[0] is buffers.flat()[0]  # the buffers were reused
     assert record.steps == full.steps and torch.equal(record.fed, full.fed)

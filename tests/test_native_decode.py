@@ -22,6 +22,7 @@ from axiom_rl.errors import UserError
 from axiom_rl.models import cpu_matmul, replay
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.rollout import fast, native
+from axiom_rl.speed import Speed
 
 needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "c++")) is None,
@@ -48,10 +49,15 @@ def linear_library(request, monkeypatch):
     if request.param == "panels":
         skip_without_panel_kernel()
     monkeypatch.setenv(cpu_matmul.ENV, "default" if request.param == "default" else "onednn")
-    monkeypatch.setattr(native, "MATMUL_KERNEL", request.param == "panels")
     cpu_matmul.backend.cache_clear()
     yield request.param
     cpu_matmul.backend.cache_clear()
+
+
+def speed_of(linear_library: str = "panels", own_kernels: bool = True) -> Speed:
+    """The decode loop's settings for a fixture's choices: the C++ step's own linear kernel only
+    for "panels" (else oneDNN's or F.linear, as the environment chose), its own loops or ATen's."""
+    return Speed(decode_linear_kernel=linear_library == "panels", decode_own_kernels=own_kernels)
 
 
 LINEAR_OF = {
@@ -67,9 +73,8 @@ def float32_model(arch: str, seed: int):
 
 
 @pytest.fixture(params=[False, True], ids=["aten-ops", "own-kernels"])
-def own_kernels(request, monkeypatch):
+def own_kernels(request):
     """The C++ step with its own attention and element-wise loops, or with ATen's calls."""
-    monkeypatch.setattr(native, "OWN_KERNELS", request.param)
     return request.param
 
 
@@ -79,9 +84,9 @@ def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, ow
     """With ATen's calls, the same bits; with the step's own kernels, the same to float32 rounding."""
     model, _ = float32_model(arch, seed=1)
     with torch.inference_mode():
-        w = fast._Weights(model)
+        w = fast._Weights(model, speed=speed_of(linear_library, own_kernels))
         assert w.linear is LINEAR_OF[linear_library]
-        step = native.step_for(w)
+        step = native.step_for(w, own_kernels)
         assert step is not None
         n, prompt, new = 5, 7, 6
         total = prompt + new
@@ -174,7 +179,7 @@ def test_rows_of_one_prompt_read_its_slots_from_the_first_row_with_the_same_bits
 @pytest.mark.parametrize(
     "n,rows_per_prompt", [(8, 4), (8, 8), (16, 2), (6, 3)]
 )  # whole runs to a thread; single rows of one run; many runs; too few rows to split (the control)
-def test_the_step_splits_its_rows_between_the_threads_with_the_same_bits(n, rows_per_prompt, monkeypatch):
+def test_the_step_splits_its_rows_between_the_threads_with_the_same_bits(n, rows_per_prompt):
     """With two threads the step gives each a share of the rows through the whole step (where the
     rows split into shares of 4): its logits, the keys and values it caches and what it records
     for the training pass are the bits of every kernel splitting its own work by columns, and of
@@ -199,12 +204,11 @@ def test_the_step_splits_its_rows_between_the_threads_with_the_same_bits(n, rows
             q, kv = w.heads * w.head_dim, w.kv_heads * w.head_dim
             widths = replay.record_widths(q, kv, w.embed.shape[1], w.intermediate)
             for split, count in ((True, 2), (False, 2), (True, 1)):
-                monkeypatch.setattr(native, "SPLIT_ROWS", split)
                 torch.set_num_threads(count)
                 record = replay.allocate(n, 2, len(w.layers), widths, w.vocab, torch.device("cpu"))
                 assert record is not None and record.logits is not None
                 k, v = cache_k.clone(), cache_v.clone()
-                logits = native._bind(native.op(), w, own_kernels=True)(
+                logits = native._bind(native.op(), w, own_kernels=True, split_rows=split)(
                     ids, positions, k, v, slot, mask, cos, sin, record=record.flat(), record_at=1,
                     rows_per_prompt=rows_per_prompt, prompt_slots=prompt_slots,
                 )  # fmt: skip
@@ -448,8 +452,7 @@ def test_the_rollout_takes_the_linear_kernel_whichever_library_trains(training_l
         with torch.inference_mode():
             if panel_kernel():
                 assert fast._Weights(model).linear is native.linear_panels
-            monkeypatch.setattr(native, "MATMUL_KERNEL", False)
-            w = fast._Weights(model)
+            w = fast._Weights(model, speed=Speed(decode_linear_kernel=False))
         assert w.linear is LINEAR_OF[training_library]
         if training_library == "default":  # the plain weights, not a packed copy
             assert w.lm_head.data_ptr() == model.lm_head.weight.data_ptr()
@@ -457,8 +460,8 @@ def test_the_rollout_takes_the_linear_kernel_whichever_library_trains(training_l
         cpu_matmul.backend.cache_clear()
 
 
-def rollout(model, tok, decode: str, seed: int = 11):
-    backend = fast.FastBackend()
+def rollout(model, tok, decode: str, seed: int = 11, speed: Speed | None = None):
+    backend = fast.FastBackend(speed=speed)
     backend.decode = decode
     torch.manual_seed(seed)
     # top-p sampling, and every letter a stop string so that rows end at different lengths
@@ -472,7 +475,11 @@ def test_a_rollout_samples_the_same_tokens_with_the_cpp_and_the_python_step(line
     tokens, which no draw of this seed does."""
     model, tok = float32_model("qwen2", seed=6)
     assert native.op() is not None  # built and checked: the two rollouts below differ in their step
-    with_cpp, with_python = rollout(model, tok, "eager"), rollout(model, tok, "python")
+    speed = speed_of(linear_library, own_kernels)
+    with_cpp, with_python = (
+        rollout(model, tok, "eager", speed=speed),
+        rollout(model, tok, "python", speed=speed),
+    )
     assert with_cpp.completion_ids == with_python.completion_ids
     assert with_cpp.finished == with_python.finished
     assert len({len(c) for c in with_cpp.completion_ids}) > 1  # rows stopped at different lengths

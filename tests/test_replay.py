@@ -20,14 +20,15 @@ from axiom_rl.models import replay
 from axiom_rl.models.load import load_policy
 from axiom_rl.rollout import native
 from axiom_rl.rollout.fast import FastBackend
+from axiom_rl.speed import Speed
 from axiom_rl.train import grpo
 from axiom_rl.train.batch import build_batch, completion_logprobs
 
 PROMPTS = ["def add(a, b):", "Count: 3 4 7 -> ", "x"]
 
 
-def recorded_rollout(policy, new_tokens=24, stop_strings=()):
-    backend = FastBackend()
+def recorded_rollout(policy, new_tokens=24, stop_strings=(), own=True):
+    backend = FastBackend(speed=Speed(decode_own_kernels=own))
     backend.record_linear_outputs = True
     torch.manual_seed(0)
     rollout = backend.generate(
@@ -54,7 +55,7 @@ def pass_with(policy, batch, recorded):
 def test_the_decode_step_records_what_each_linear_layer_of_the_training_pass_computes(own_kernels):  # noqa: F811
     policy = load_policy("tiny", device="cpu", need_reference=False, seed=1)
     assert native.op() is not None
-    rollout, batch = recorded_rollout(policy)
+    rollout, batch = recorded_rollout(policy, own=own_kernels)
     record = rollout.linear_outputs
     length = batch.completion_length - 1
     assert record is not None and record.steps >= length
@@ -252,16 +253,17 @@ def test_a_trainer_that_runs_every_row_s_prompt_records_nothing(tmp_path, monkey
     allocations = []
     real_allocate = replay.allocate
     monkeypatch.setattr(replay, "allocate", lambda *a, **k: allocations.append(a) or real_allocate(*a, **k))
-    monkeypatch.setattr(grpo, "SHARE_PROMPT_PASSES", False)
     cfg = TrainConfig(
         model="tiny", tiny_size="nano", device="cpu", steps=1, prompts_per_step=2, num_generations=2, max_completion_length=8,
-        output_dir=str(tmp_path / "unshared"), seed=0,
+        output_dir=str(tmp_path / "unshared"), seed=0, speed={"share_prompt_passes": False},
     )  # fmt: skip
     assert grpo.train(cfg, say=lambda _: None).steps == 1
     assert allocations == []
-    monkeypatch.setattr(grpo, "SHARE_PROMPT_PASSES", None)  # the CPU's default: shared, so recorded
-    assert (
-        grpo.train(dataclasses.replace(cfg, output_dir=str(tmp_path / "shared")), say=lambda _: None).steps
-        == 1
-    )
+    shared = dataclasses.replace(cfg, output_dir=str(tmp_path / "shared"), speed={})  # the CPU's default
+    assert grpo.train(shared, say=lambda _: None).steps == 1
     assert len(allocations) == 1
+    no_replay = dataclasses.replace(
+        cfg, output_dir=str(tmp_path / "no-replay"), speed={"replay_linear_outputs": False}
+    )
+    assert grpo.train(no_replay, say=lambda _: None).steps == 1
+    assert len(allocations) == 1  # Speed.replay_linear_outputs off: nothing recorded either

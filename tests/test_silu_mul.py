@@ -97,17 +97,18 @@ def test_atens_avx2_kernels_are_followed_too():
 @needs_kernels
 def test_other_layouts_and_dtypes_take_atens_calls():
     gate, up = torch.randn(40, 30), torch.randn(40, 30)
-    assert activation_memory._fused(gate, up)
-    assert not activation_memory._fused(gate.t(), up.t())  # not contiguous
+    assert activation_memory._fused(True, gate, up)
+    assert not activation_memory._fused(True, gate.t(), up.t())  # not contiguous
     assert torch.equal(activation_memory.silu_times(gate.t(), up.t()), F.silu(gate.t()) * up.t())
-    assert not activation_memory._fused(gate.double(), up.double())
-    assert not activation_memory._fused(gate, up[:, :29].contiguous())
+    assert not activation_memory._fused(True, gate.double(), up.double())
+    assert not activation_memory._fused(True, gate, up[:, :29].contiguous())
+    assert not activation_memory._fused(False, gate, up)  # the setting off
     with pytest.raises(RuntimeError, match="contiguous float32"):
         torch.ops.axiom_rl.silu_mul(gate.t(), up.t())
 
 
 @needs_kernels
-def test_a_model_trains_to_the_same_numbers_with_the_fused_kernels_and_without(monkeypatch):
+def test_a_model_trains_to_the_same_numbers_with_the_fused_kernels_and_without():
     """A forward and backward of the lean MLP at a size that ATen splits over threads (4 x 150 tokens x
     the micro model's intermediate size), with the kernels and with ATen's calls: the same logits and
     gradients, bit for bit."""
@@ -115,12 +116,11 @@ def test_a_model_trains_to_the_same_numbers_with_the_fused_kernels_and_without(m
 
     model = build_tiny_model("micro", seed=5)[0].train()
     route_linear_layers(model)
-    assert activation_memory.lean_mlp_activations(model) == model.config.num_hidden_layers
     ids = torch.randint(0, 60, (4, 150), generator=torch.Generator().manual_seed(0))
     results = []
-    for fused in (True, False):
-        monkeypatch.setattr(activation_memory, "FUSED_KERNELS", fused)
+    for fused in (True, False):  # Speed.fused_silu on and off
         net = copy.deepcopy(model)
+        assert activation_memory.lean_mlp_activations(net, fused=fused) == model.config.num_hidden_layers
         logits = net(input_ids=ids).logits
         logits.log_softmax(-1).mean().backward()
         results.append((logits.detach(), [p.grad for p in net.parameters()]))

@@ -35,8 +35,6 @@ from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.report import plot_run
 from axiom_rl.tasks import Task, generate_problems, register_task
 from axiom_rl.tasks.registry import TASKS
-from axiom_rl.train import batch as batch_module
-from axiom_rl.train import grpo as grpo_module
 from axiom_rl.train.batch import (
     TokenBatch,
     _select_rows,
@@ -732,7 +730,7 @@ def real_lengths(batch):
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_micro_batches_hold_rows_of_similar_lengths_without_their_padding(monkeypatch, share):
+def test_micro_batches_hold_rows_of_similar_lengths_without_their_padding(share):
     """Gradient-accumulation micro-batches take each row once, each only as wide as its own longest
     prompt and completion, its rows in the batch's order (a group's stay neighbours); rows of
     similar lengths go together where that needs fewer token positions than the rows in order,
@@ -774,8 +772,7 @@ def test_micro_batches_hold_rows_of_similar_lengths_without_their_padding(monkey
     # One part is the whole batch as it is; without bucketing, the rows in order at full width.
     [(rows, part)] = micro_batches(mixed, 1, share_prompts=share)
     assert rows == slice(0, 8) and part is mixed
-    monkeypatch.setattr(batch_module, "BUCKET_LENGTHS", False)
-    plain = micro_batches(mixed, 4, share_prompts=share)
+    plain = micro_batches(mixed, 4, share_prompts=share, bucket=False)
     assert [rows for rows, _ in plain] == [slice(i, i + 2) for i in range(0, 8, 2)]
     assert all(part.input_ids.shape == (2, mixed.input_ids.shape[1]) for _, part in plain)
 
@@ -834,7 +831,7 @@ def test_loss_params_reach_the_loss_and_are_checked_before_the_run(tmp_path, mon
 
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("loss_type", sorted(LOSSES))
-def test_bucketed_micro_batches_give_the_unbucketed_update(monkeypatch, loss_type, share):
+def test_bucketed_micro_batches_give_the_unbucketed_update(loss_type, share):
     """The trainer's reference log-probs and optimizer step over length-bucketed, trimmed
     micro-batches give what micro-batches of the rows in order at full width give (the gradient as
     the parameters' change under SGD), to float32 rounding; for a loss that sums alike however the
@@ -842,16 +839,16 @@ def test_bucketed_micro_batches_give_the_unbucketed_update(monkeypatch, loss_typ
     micro-batch's own tokens: its rows keep their micro-batches, only trimmed. The loss's metrics
     (the KL, the ratios) are the whole batch's for every loss: token means, weighed by tokens."""
     results = {}
-    monkeypatch.setattr(grpo_module, "SHARE_PROMPT_PASSES", share)
     for name, parts, bucketed in (("bucketed", 4, True), ("in order", 4, False), ("whole", 1, True)):
-        monkeypatch.setattr(batch_module, "BUCKET_LENGTHS", bucketed)
         policy = load_policy(
             "tiny", tiny_size="nano", finetune="full", seed=0, need_reference=True, dtype="fp32"
         )
         # each group one long and one short completion: bucketing puts the long rows together
         batch = grouped_batch(policy, [5, 6, 5, 6], 2, [9, 1] * 4, seed=1)
         if bucketed and parts > 1:
-            grouped = [rows for rows, _ in micro_batches(batch, parts, share, regroupable(loss_type))]
+            grouped = [
+                rows for rows, _ in micro_batches(batch, parts, share, regroupable(loss_type), bucketed)
+            ]
             assert all(isinstance(rows, slice) for rows in grouped) != regroupable(loss_type)
         cfg = TrainConfig(
             model="tiny",
@@ -861,6 +858,7 @@ def test_bucketed_micro_batches_give_the_unbucketed_update(monkeypatch, loss_typ
             max_grad_norm=1e9,
             gradient_accumulation_steps=parts,
             max_completion_length=batch.completion_length,
+            speed={"share_prompt_passes": share, "bucket_lengths": bucketed},
         )
         ref, _, _ = frozen_passes(policy, batch, cfg)
         with policy.reference_mode() as reference, torch.no_grad():
@@ -1510,12 +1508,10 @@ def test_groups_share_their_prompt_pass_where_it_pays():
 
     batch = build_batch([[5, 6]] * 2, [[7], [8]], 0, torch.device("cpu"))
     on_meta = TokenBatch(*(t.to("meta") for t in dataclasses.astuple(batch)))
-    assert grpo.share_prompt_passes(batch) and not grpo.share_prompt_passes(on_meta)
-    try:
-        grpo.SHARE_PROMPT_PASSES = False
-        assert not grpo.share_prompt_passes(batch)
-    finally:
-        grpo.SHARE_PROMPT_PASSES = None
+    cfg = TrainConfig()
+    assert grpo.share_prompt_passes(batch, cfg) and not grpo.share_prompt_passes(on_meta, cfg)
+    off = TrainConfig(speed={"share_prompt_passes": False})
+    assert not grpo.share_prompt_passes(batch, off)
 
 
 @pytest.mark.parametrize("max_norm", [0.05, 1e9, math.inf, float("nan")])

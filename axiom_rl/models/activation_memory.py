@@ -30,10 +30,6 @@ import torch.nn.functional as F
 from . import cpu_matmul, replay
 from .forwards import give_forwards
 
-# The fused kernels where they apply (False: ATen's calls, the same bits; the tests compare both,
-# and the step benchmark's aten-silu ablation).
-FUSED_KERNELS = True
-
 # MLP classes whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x)) (transformers 5.x).
 GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
 
@@ -72,11 +68,12 @@ def _differs_from_aten() -> str:
     return ""
 
 
-def _fused(*tensors: torch.Tensor) -> bool:
-    """Whether the fused kernels compute for these tensors (else ATen's calls)."""
+def _fused(fused: bool, *tensors: torch.Tensor) -> bool:
+    """Whether the fused kernels compute for these tensors (else ATen's calls, the same bits):
+    asked for (`fused`: Speed.fused_silu), and float32 on a CPU, alike in shape."""
     first = tensors[0]
     return (
-        FUSED_KERNELS
+        fused
         and all(
             t.device.type == "cpu"
             and t.dtype == torch.float32
@@ -88,16 +85,16 @@ def _fused(*tensors: torch.Tensor) -> bool:
     )
 
 
-def silu_times(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def silu_times(gate: torch.Tensor, up: torch.Tensor, fused: bool = True) -> torch.Tensor:
     """silu(gate) * up (no autograd)."""
-    return torch.ops.axiom_rl.silu_mul(gate, up) if _fused(gate, up) else F.silu(gate) * up
+    return torch.ops.axiom_rl.silu_mul(gate, up) if _fused(fused, gate, up) else F.silu(gate) * up
 
 
 def silu_times_backward(
-    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, with_product: bool
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, with_product: bool, fused: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(grad_gate, grad_up, and where asked the product silu(gate) * up) for silu(gate) * up."""
-    if _fused(grad, gate, up):
+    if _fused(fused, grad, gate, up):
         grad_gate, grad_up, product = torch.ops.axiom_rl.silu_mul_backward(grad, gate, up, with_product)
         return grad_gate, grad_up, product if with_product else None
     silu = F.silu(gate)
@@ -108,27 +105,31 @@ def silu_times_backward(
 
 class _SiluMul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, fused: bool) -> torch.Tensor:
         ctx.save_for_backward(gate, up)
-        return silu_times(gate, up)
+        ctx.fused = fused
+        return silu_times(gate, up, fused)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         gate, up = ctx.saved_tensors
-        grad_gate, grad_up, _ = silu_times_backward(grad, gate, up, with_product=False)
-        return grad_gate, grad_up
+        grad_gate, grad_up, _ = silu_times_backward(grad, gate, up, with_product=False, fused=ctx.fused)
+        return grad_gate, grad_up, None
 
 
-def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def silu_mul(gate: torch.Tensor, up: torch.Tensor, fused: bool = True) -> torch.Tensor:
     """silu(gate) * up, keeping only gate and up for backward."""
-    return _SiluMul.apply(gate, up)
+    return _SiluMul.apply(gate, up, fused)
 
 
 class _SiluMulDown(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, fused: bool
+    ) -> torch.Tensor:
         ctx.save_for_backward(gate, up, weight)
-        return cpu_matmul.forward_only(silu_times(gate, up), weight)
+        ctx.fused = fused
+        return cpu_matmul.forward_only(silu_times(gate, up, fused), weight)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -139,16 +140,20 @@ class _SiluMulDown(torch.autograd.Function):
         grad_hidden = cpu_matmul.input_grad(grad_2d, weight).view(gate.shape)
         # then _SiluMul's backward, which also recomputes the product `down` read (the same values)
         need_weight = ctx.needs_input_grad[2]
-        grad_gate, grad_up, hidden = silu_times_backward(grad_hidden, gate, up, with_product=need_weight)
+        grad_gate, grad_up, hidden = silu_times_backward(
+            grad_hidden, gate, up, with_product=need_weight, fused=ctx.fused
+        )
         grad_weight = (
             cpu_matmul.weight_grad(grad_2d, hidden.reshape(-1, hidden.shape[-1])) if need_weight else None
         )
-        return grad_gate, grad_up, grad_weight
+        return grad_gate, grad_up, grad_weight, None
 
 
-def silu_mul_down(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def silu_mul_down(
+    gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, fused: bool = True
+) -> torch.Tensor:
     """F.linear(silu(gate) * up, weight), keeping only gate, up and the weight for backward."""
-    return _SiluMulDown.apply(gate, up, weight)
+    return _SiluMulDown.apply(gate, up, weight, fused)
 
 
 class _SiluMulDownReplayed(_SiluMulDown):
@@ -156,9 +161,15 @@ class _SiluMulDownReplayed(_SiluMulDown):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, recorded: torch.Tensor
+        ctx: Any,
+        gate: torch.Tensor,
+        up: torch.Tensor,
+        weight: torch.Tensor,
+        fused: bool,
+        recorded: torch.Tensor,
     ) -> torch.Tensor:
         ctx.save_for_backward(gate, up, weight)
+        ctx.fused = fused
         return replay.as_output(recorded)
 
     @staticmethod
@@ -166,26 +177,32 @@ class _SiluMulDownReplayed(_SiluMulDown):
         return (*_SiluMulDown.backward(ctx, grad), None)
 
 
-def _gated_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+def _lean_forward(self: Any, x: torch.Tensor, fused: bool) -> torch.Tensor:
     down = self.down_proj
     if type(down) is torch.nn.Linear and down.bias is None and not cpu_matmul.packed(down):
         gate, up = self.gate_proj(x), self.up_proj(x)
         if (recorded := replay.recorded_output(down, gate)) is not None:  # down's input has gate's shape
-            return _SiluMulDownReplayed.apply(gate, up, down.weight, recorded)
-        return silu_mul_down(gate, up, down.weight)
-    return down(silu_mul(self.gate_proj(x), self.up_proj(x)))
+            return _SiluMulDownReplayed.apply(gate, up, down.weight, fused, recorded)
+        return silu_mul_down(gate, up, down.weight, fused)
+    return down(silu_mul(self.gate_proj(x), self.up_proj(x), fused))
 
 
-def lean_mlp_activations(model: Any) -> int:
-    """Give every SiLU-gated MLP of `model` the leaner forward; returns how many it changed
-    (0 for architectures it does not know, which train as before)."""
+def _gated_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+    return _lean_forward(self, x, fused=True)
+
+
+def _gated_mlp_forward_aten(self: Any, x: torch.Tensor) -> torch.Tensor:
+    return _lean_forward(self, x, fused=False)
+
+
+def lean_mlp_activations(model: Any, fused: bool = True) -> int:
+    """Give every SiLU-gated MLP of `model` the leaner forward, with silu(gate) * up in the fused
+    kernels where they apply (`fused`: Speed.fused_silu; else ATen's calls, the same bits);
+    returns how many it changed (0 for architectures it does not know, which train as before)."""
+    forward = _gated_mlp_forward if fused else _gated_mlp_forward_aten
 
     def forward_for(module: Any) -> Any:
         known = type(module).__name__ in GATED_MLPS
-        return (
-            _gated_mlp_forward
-            if known and type(module.act_fn).__name__ in ("SiLUActivation", "SiLU")
-            else None
-        )
+        return forward if known and type(module.act_fn).__name__ in ("SiLUActivation", "SiLU") else None
 
     return give_forwards(model, forward_for)

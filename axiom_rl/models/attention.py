@@ -13,8 +13,8 @@ SDPA's) and switches a model that runs "sdpa" to it. For every call it cannot ta
 a CPU, dropout, a head size without a kernel, a float mask) it calls transformers' SDPA function
 with the same arguments. Its sums run in another order than ATen's, so outputs and gradients agree
 with SDPA's to float32 rounding (tests/test_attention.py), not bit for bit: a seeded run gives other
-figures than with SDPA, and the same figures run after run. `KERNEL = False` (the step benchmark's
-sdpa-attention ablation) sends every call to SDPA.
+figures than with SDPA, and the same figures run after run. `Speed.attention_kernel` off (the step
+benchmark's sdpa-attention ablation): the model is left with SDPA.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ import torch
 
 from ..rollout import native
 
-# The kernel where it applies (False: transformers' SDPA for every call).
-KERNEL = True
 NAME = "axiom_rl_cpu"
 
 
@@ -88,8 +86,7 @@ def _takes(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dr
     """Whether the kernel computes this call of transformers' attention (else SDPA does)."""
     b, s, sk = query.shape[0], query.shape[2], key.shape[2]
     return (
-        KERNEL
-        and query.device.type == "cpu"
+        query.device.type == "cpu"
         and query.dtype == key.dtype == torch.float32
         and dropout == 0.0
         and query.shape[1] % key.shape[1] == 0

@@ -30,9 +30,6 @@ from .forwards import give_forwards
 
 ENV = "AXIOM_RL_CPU_MATMUL"
 CHOICES = ("onednn", "default")
-# Full fine-tuning's frozen reference packs its weights once (False: oneDNN lays them out on every
-# call, the same bits; the step benchmark's unpacked-reference ablation).
-PACK_FROZEN = True
 
 
 def cpu_vendor() -> str:
@@ -153,7 +150,7 @@ def pack_frozen_linear_layers(model: Any) -> int:
     autograd, and only on the CPU: the network stays where it is. Returns how many were packed;
     0 where oneDNN does not run float32 linear layers here. Call it before `route_linear_layers`,
     which then leaves the packed layers alone."""
-    if backend() != "onednn" or not PACK_FROZEN:
+    if backend() != "onednn":
         return 0
     seen: set[int] = set()
     shared: set[int] = set()

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import torch
 
 from ..errors import UserError
+from ..speed import Speed
 from . import attention, cpu_matmul, rms_norm, rotary
 from .activation_memory import lean_mlp_activations
 from .tiny import TINY_SIZES, build_tiny_model
@@ -372,9 +373,14 @@ def load_policy(
     need_reference: bool = True,
     gradient_checkpointing: bool = False,
     seed: int = 0,
+    speed: Speed | None = None,
 ) -> Policy:
+    """The model (and its tokenizer, and for full fine-tuning with `need_reference` a frozen copy)
+    ready to train, with the training passes' speed-ups that `speed` turns on (default: what pays
+    on the device, Speed.for_device) installed in it."""
     check_load_options(dtype, finetune)
     dev = resolve_device(device)
+    speed = speed or Speed.for_device(dev.type)
     torch_dtype = resolve_dtype(dtype, dev)
     check_model_spec(model, tiny_size)
     net, tok = _load_checked(model, torch_dtype, tiny_size, seed)
@@ -395,15 +401,23 @@ def load_policy(
         reference.to(dev)
     for network in (net, reference):
         if network is not None:
-            # the same numbers; in training one activation fewer per MLP layer at the peak, and
-            # silu(gate) * up in one pass (for the reference's forward too)
-            lean_mlp_activations(network)
-            rms_norm.fuse_rms_norms(network)  # one pass each way on a float32 CPU (rms_norm.py)
-            rotary.fuse_rotary(network)  # RoPE likewise, the same bits (rotary.py)
-            if network is reference:  # its weights laid out for oneDNN once, not on every call
-                cpu_matmul.pack_frozen_linear_layers(network)
-            cpu_matmul.route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow
-            if dev.type == "cpu":
-                attention.use_for(network)  # the training passes' attention kernel (attention.py)
+            install_speed_ups(network, speed, dev, frozen=network is reference)
     net.to(dev)
     return Policy(net, tok, dev, torch_dtype, use_lora, reference)
+
+
+def install_speed_ups(network: Any, speed: Speed, device: torch.device, frozen: bool = False) -> None:
+    """The training passes' speed-ups that `speed` turns on, in `network` (each leaves a model it
+    does not apply to as it is). `frozen`: the reference, whose weights never change."""
+    if speed.lean_mlp:  # the same numbers; one activation fewer per MLP layer at training's peak
+        lean_mlp_activations(network, fused=speed.fused_silu)
+    if speed.rms_norm_kernel:
+        rms_norm.fuse_rms_norms(network)  # one pass each way on a float32 CPU (rms_norm.py)
+    if speed.rotary_kernel:
+        rotary.fuse_rotary(network)  # RoPE likewise, the same bits (rotary.py)
+    if speed.onednn_linear:
+        if frozen and speed.pack_reference:  # its weights laid out for oneDNN once, not every call
+            cpu_matmul.pack_frozen_linear_layers(network)
+        cpu_matmul.route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow
+    if speed.attention_kernel and device.type == "cpu":
+        attention.use_for(network)  # the training passes' attention kernel (attention.py)

@@ -23,7 +23,8 @@ computation:
   no dropout, no DoRA): its value is the folded weight's (W + B A * scaling) x, which the rollout
   multiplied by, and its backward is the one of base(x) + B(A(x)) * scaling; A(x), a product of
   rank r, runs as usual.
-`ENABLED = False` turns it off (the step benchmark's `no-replay` ablation).
+`Speed.replay_linear_outputs` off turns it off: the trainer has the rollout record nothing (the
+step benchmark's `no-replay` ablation).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import torch
 
 from . import cpu_matmul
 
-ENABLED = True
 # The most a rollout's record may take. Gate and up, the largest part, stand in for tensors the
 # training pass would keep for backward anyway; the rest is extra until the pass has read it.
 MAX_BYTES = 1 << 30
@@ -185,7 +185,7 @@ def replay_map(
     decoder = _decoder(model)
     layers = _layers(decoder)
     length = completion_ids.shape[1] - 1
-    if not ENABLED or layers is None or len(layers) != len(outputs.layers) or not 0 < length <= outputs.steps:
+    if layers is None or len(layers) != len(outputs.layers) or not 0 < length <= outputs.steps:
         return {}
     fed = outputs.fed[:, :length].to(completion_ids.device)
     if fed.shape[0] != completion_ids.shape[0] or bool(

@@ -12,7 +12,8 @@ applies (float32, a CPU, the kernel built) and transformers' own arithmetic ever
 model moved to a GPU or cast to bf16 later runs as before. The sums run in another order than
 ATen's, so values and gradients agree with transformers' to float32 rounding (tests/test_rms_norm.py),
 not bit for bit: a seeded run gives other figures than without it, and the same figures run after
-run. `KERNEL = False` (the step benchmark's aten-norm ablation) sends every call to ATen.
+run. `Speed.rms_norm_kernel` off (the step benchmark's aten-norm ablation): the model's norms are
+left as they are.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ import torch
 
 from ..rollout import native
 from .forwards import give_forwards
-
-# The kernel where it applies (False: transformers' arithmetic for every call).
-KERNEL = True
 
 # Norm classes whose forward is exactly weight * (x * rsqrt(mean(x^2) + eps)) in float32, cast back
 # to the input's dtype before the weight (transformers 5.x).
@@ -66,8 +64,7 @@ class _RMSNorm(torch.autograd.Function):
 
 def _applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
-        KERNEL
-        and x.device.type == "cpu"
+        x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and weight.dim() == 1
         and x.dim() >= 1

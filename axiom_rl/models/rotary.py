@@ -13,7 +13,7 @@ it): it gives each attention layer of a known class its class's own forward, the
 that one name bound to a function that calls the kernel where it applies (float32 on a CPU, the
 layout of these classes) and the original everywhere else. It checks first that the kernel gives
 the original's bits, forward and backward, and leaves a class alone where it does not.
-`KERNEL = False` sends every call to the original.
+`Speed.rotary_kernel` off: the model is left with the original.
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ import torch
 
 from ..rollout import native
 from .forwards import give_forwards
-
-# The kernel where it applies (False: transformers' function for every call).
-KERNEL = True
 
 # Attention classes whose forward calls apply_rotary_pos_emb(q, k, cos, sin) on q and k laid out
 # [batch, heads, positions, head size] and cos, sin [batch, positions, head size] (transformers 5.x).
@@ -60,8 +57,7 @@ def _applies(
 ) -> bool:
     tensors = (q, k, cos, sin)
     return (
-        KERNEL
-        and unsqueeze_dim == 1
+        unsqueeze_dim == 1
         and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.stride(-1) == 1 for t in tensors)
         and q.dim() == k.dim() == 4
         and cos.dim() == 3

@@ -137,9 +137,10 @@ def decode_completion(tokenizer: Any, tokens: Sequence[int]) -> str:
 BACKENDS = ("auto", "fast", "hf")
 
 
-def get_backend(name: str, model: Any = None, min_new_tokens: int = 0) -> RolloutBackend:
+def get_backend(name: str, model: Any = None, min_new_tokens: int = 0, speed: Any = None) -> RolloutBackend:
     """'fast' (axiom-rl's decode loop: Qwen2, Qwen3, Llama and Mistral models), 'hf' (transformers
-    generate), or 'auto' (fast where it supports the model, else hf)."""
+    generate), or 'auto' (fast where it supports the model, else hf). `speed`: the decode loop's
+    speed-ups (axiom_rl.speed.Speed; default all on)."""
     from .fast import FastBackend, supports
     from .hf import HFBackend
 
@@ -151,10 +152,10 @@ def get_backend(name: str, model: Any = None, min_new_tokens: int = 0) -> Rollou
                 "the fast rollout backend supports Qwen2, Qwen3, Llama and Mistral models (default rotary "
                 "embeddings, no sliding window, no biases beyond Qwen2's); use --rollout-backend hf"
             )
-        return FastBackend(min_new_tokens)
+        return FastBackend(min_new_tokens, speed)
     if name == "auto":
         return (
-            FastBackend(min_new_tokens)
+            FastBackend(min_new_tokens, speed)
             if model is not None and supports(model)
             else HFBackend(min_new_tokens)
         )

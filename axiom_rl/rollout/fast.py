@@ -20,7 +20,7 @@ CPU. This loop runs the same arithmetic with nothing else:
 - in float32 on a CPU the decode step runs as one C++ call (decode_step.cpp, built once by
   native.py): attention and the element-wise work between the linear layers in loops of its
   own, without the interpreter's or ATen's cost around each of some 30 calls a layer, so the
-  logits agree with the Python step's to float32 rounding (with native.OWN_KERNELS off it makes
+  logits agree with the Python step's to float32 rounding (with Speed.decode_own_kernels off it makes
   the Python step's ATen calls, and computes the same bits);
 - the C++ step computes only the rows still going: from the step after a row's last token it is
   left out (_Decoding), which samples the same tokens in a fraction of the time where completions
@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import cpu_matmul, replay
+from ..speed import Speed
 from . import OnFinished, Rollout, decode_completion, encode_prompts, native, trim_completion
 
 T = TypeVar("T")
@@ -120,9 +121,12 @@ class _Layer:
 class _Weights:
     """The policy's current weights, in the layout the loop uses (built once per rollout)."""
 
-    def __init__(self, model: Any, packing: native.PackedLinear | None = None) -> None:
+    def __init__(
+        self, model: Any, packing: native.PackedLinear | None = None, speed: Speed | None = None
+    ) -> None:
         """`packing`: (linear, pack) for float32 linear layers on a CPU; by default
-        native.rollout_linear()'s choice."""
+        native.rollout_linear()'s choice under `speed` (its decode_linear_kernel, onednn_linear)."""
+        speed = speed or Speed()
         base = _base_model(model)
         cfg = base.config
         self.heads = cfg.num_attention_heads
@@ -142,7 +146,8 @@ class _Weights:
         self.linear: Callable[..., torch.Tensor] = F.linear
         stack: Callable[..., torch.Tensor] = native.stacked
         if self.embed.device.type == "cpu" and self.embed.dtype == torch.float32:
-            chosen = packing or native.rollout_linear(onednn=cpu_matmul.applies(self.embed))
+            onednn = speed.onednn_linear and cpu_matmul.applies(self.embed)
+            chosen = packing or native.rollout_linear(onednn, kernel=speed.decode_linear_kernel)
             if chosen is not None:
                 self.linear, stack = chosen
         lm_head = _effective(base.lm_head)[0]
@@ -398,12 +403,11 @@ def capture_cuda_graph(fn: Callable[[], T], device: torch.device) -> tuple[torch
 # Inductor's fused kernels) before capture: a graph replay of the plain ops runs some 40 small
 # kernels a layer, and for a 0.5B model at 64 rows those are most of a token's time (H100: 2.67 ms
 # a token plain, 1.54 ms compiled). Not bit for bit: fused element-wise work rounds once where the
-# plain ops round at each step. False: the plain ops (tests; the step benchmark's uncompiled-decode).
-COMPILE_DECODE = True
+# plain ops round at each step. Speed.compile_decode off: the plain ops (tests; the step
+# benchmark's uncompiled-decode).
 # The static step's cache length is rounded up to this many slots, so that rollouts whose prompts
 # differ by a few tokens share one shape: no recompile of the compiled step (each costs seconds).
 STATIC_CACHE_SLOTS = 64
-_compile_failed = False  # set by the first failed compile of this process
 
 
 @functools.cache
@@ -437,7 +441,7 @@ class _StaticDecode:
     an H100, where reading its weights takes 0.25 ms. A replay is one launch. Shapes are static:
     the token, position and cache slot are device tensors each call fills, attention reads the
     whole cache (its unwritten slots zeroed and masked), and the logits land in one buffer. The
-    replayed kernels are Inductor's fused ones where COMPILE_DECODE (2.67 -> 1.54 ms a token in
+    replayed kernels are Inductor's fused ones where `compile` (2.67 -> 1.54 ms a token in
     that case). Off a GPU (tests) the same static step runs eagerly, with the plain ops.
     """
 
@@ -450,6 +454,7 @@ class _StaticDecode:
         cos: torch.Tensor,
         sin: torch.Tensor,
         first_slot: int,
+        compile: bool = True,
     ) -> None:
         n, total = allowed.shape
         device = allowed.device
@@ -462,16 +467,16 @@ class _StaticDecode:
         self.inputs = (w, cache_k, cache_v, allowed.view(n, 1, 1, total), cos, sin)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.ops = _LayerOps()
+        self.compile_failed = False  # the backend then tries no more compiles (each costs seconds)
         if device.type != "cuda":
             return
-        global _compile_failed
-        if COMPILE_DECODE and not _compile_failed:
+        if compile:
             self.ops = _compiled_ops()
             try:  # compiles on capture's warm-up run, the first time for these shapes
                 with compiler_warnings_quiet():
                     self.graph, self.logits = capture_cuda_graph(self.step, device)
             except Exception as e:  # no Triton, a compiler error: the plain ops, from now on
-                _compile_failed = True  # (each try would cost seconds of tracing, every rollout)
+                self.compile_failed = True  # (each try would cost seconds of tracing, every rollout)
                 cause = getattr(e, "inner_exception", None) or e  # what Inductor's wrapper says failed
                 warnings.warn(
                     f"decode step not compiled: torch.compile failed ({native.first_line(cause)}); "
@@ -505,17 +510,18 @@ class _StaticDecode:
 
 class FastBackend:
     name = "fast"
-    # "auto": the static decode step (a CUDA graph) on a CUDA device, the eager one elsewhere
-    # (in C++ for float32 on a CPU where it builds: native.py); "static", "eager" or "python" (the
-    # eager step in Python only) everywhere: tests compare them, benchmarks measure what each is worth.
-    decode = "auto"
 
-    # The C++ step leaves out rows that have finished (_Decoding); False: it computes every row to
-    # the end, as the Python and static steps do (tests and benchmarks/finished_rows.py compare both).
-    drop_finished = True
-
-    def __init__(self, min_new_tokens: int = 0) -> None:
+    def __init__(self, min_new_tokens: int = 0, speed: Speed | None = None) -> None:
         self.min_new_tokens = min_new_tokens  # > 0 forces length (benchmarks: identical work)
+        # "auto": the static decode step (a CUDA graph) on a CUDA device where speed.static_decode,
+        # the eager one elsewhere (in C++ for float32 on a CPU where it builds and
+        # speed.decode_step: native.py); "static", "eager" or "python" (the eager step in Python
+        # only) everywhere: tests compare them on one device.
+        self.decode = "auto"
+        # Which of the decode loop's speed-ups run (axiom_rl.speed): the C++ step and its kernels,
+        # finished rows left out of it (drop_finished_rows), the compiled static step on a GPU.
+        self.speed = speed or Speed()
+        self.compile_failed = False  # a compile of the static step failed: plain ops from then on
         # The rows the decode step computed in the last rollout, summed over its token steps (the
         # work drop_finished saves; benchmarks and tests read it).
         self.last_row_steps = 0
@@ -543,12 +549,14 @@ class FastBackend:
         max_prompt_length: int,
         on_finished: OnFinished | None = None,
     ) -> Rollout:
-        w = _Weights(model)
+        w = _Weights(model, speed=self.speed)
         device, dtype = w.embed.device, w.embed.dtype
         prompt_ids, truncated = encode_prompts(tokenizer, prompts, max_prompt_length)
         b, g = len(prompt_ids), num_generations
         p = max(len(r) for r in prompt_ids)
-        static = self.decode == "static" or (self.decode == "auto" and device.type == "cuda")
+        static = self.decode == "static" or (
+            self.decode == "auto" and device.type == "cuda" and self.speed.static_decode
+        )
         total = p + max_new_tokens
         if static:  # prompts a few tokens longer or shorter than the last rollout's keep its shape
             total = -(-total // STATIC_CACHE_SLOTS) * STATIC_CACHE_SLOTS
@@ -582,12 +590,28 @@ class FastBackend:
         stop_check = _StopCheck(tokenizer, stop_strings)
         reported = [False] * n  # rows handed to on_finished
         static_step = (
-            _StaticDecode(w, cache_k, cache_v, allowed, cos, sin, p)
+            _StaticDecode(
+                w,
+                cache_k,
+                cache_v,
+                allowed,
+                cos,
+                sin,
+                p,
+                compile=self.speed.compile_decode and not self.compile_failed,
+            )
             if static and max_new_tokens > 1
             else None
         )
+        if static_step is not None and static_step.compile_failed:
+            self.compile_failed = True
         # The eager token step: one C++ call where native.py has one for this model, else _forward.
-        native_step = native.step_for(w) if static_step is None and self.decode != "python" else None
+        use_native = static_step is None and self.decode != "python" and self.speed.decode_step
+        native_step = (
+            native.step_for(w, self.speed.decode_own_kernels, self.speed.decode_split_rows)
+            if use_native
+            else None
+        )
         if native_step is not None:  # each prompt's G rows hold its p slots: read once for the G
             native_step = functools.partial(native_step, rows_per_prompt=g, prompt_slots=p)
         eager_step = native_step or functools.partial(_forward, w)
@@ -596,8 +620,9 @@ class FastBackend:
         never = pad if pad is not None and pad != eos else None  # padding is never a token to generate
         # The C++ step leaves out rows that have finished (_Decoding); the static step keeps its
         # shapes, and the Python step computes every row.
-        rows = _Decoding(n, native.split_unit(w) if native_step is not None else 1)
-        drop_finished = self.drop_finished and native_step is not None
+        unit = native.split_unit(w, self.speed.decode_split_rows, self.speed.decode_own_kernels)
+        rows = _Decoding(n, unit if native_step is not None else 1)
+        drop_finished = self.speed.drop_finished_rows and native_step is not None
         ended = 0  # rows that have finished, fed padding from the next step on
         self.last_row_steps = 0
         steps = 0
@@ -675,7 +700,7 @@ class FastBackend:
                 reported[i] = True
 
     def _record(self, w: _Weights, rows: int, steps: int) -> replay.LinearOutputs | None:
-        if not (self.record_linear_outputs and replay.ENABLED):
+        if not self.record_linear_outputs:
             return None
         hidden, q, kv = w.embed.shape[1], w.heads * w.head_dim, w.kv_heads * w.head_dim
         widths = replay.record_widths(q, kv, hidden, w.intermediate)

@@ -4,20 +4,21 @@ At a small model's sizes a token step is some 800 ATen calls (views included) on
 few thousand values, and Python's cost around each call (parsing its arguments, wrapping its
 result) is a large part of the step; ATen's own cost around each (dispatch, allocation, setting
 up an iterator over a few thousand values) is most of the rest. decode_step.cpp runs the step
-with its own kernels (`OWN_KERNELS`): attention reading the KV cache at up to three times the
+with its own kernels: attention reading the KV cache at up to three times the
 speed of ATen's batched matmul, and RMSNorm, RoPE, the cache writes and the residual adds as
-plain loops. They compute the same products, some summed in another order, so the logits agree
+plain loops (`Speed.decode_own_kernels`). They compute the same products, some summed in another order, so the logits agree
 with the Python step's to float32 rounding (about 1e-7 relative), and a sampled token differs
-only where a uniform draw falls that close to the edge between two tokens. With `OWN_KERNELS`
+only where a uniform draw falls that close to the edge between two tokens. With its own kernels
 off it makes the same ATen calls as fast._forward, in the same order, and computes the same
 bits. With them and its own linear kernel, where the rows split into shares of four for each
-thread (16 rows on 2 cores), each thread takes its share through the whole step (`SPLIT_ROWS`)
+thread (16 rows on 2 cores), each thread takes its share through the whole step
+(`Speed.decode_split_rows`)
 rather than every kernel splitting its own work by columns: one wake-up of the other thread a
 step instead of some 40, and the element-wise work between the kernels split too. The same bits
 either way.
 
 The same library holds the rollout's float32 linear layers where the CPU has AVX2 and FMA
-(`MATMUL_KERNEL`), whichever library runs the training passes' (oneDNN on x86 CPUs not Intel's,
+(`Speed.decode_linear_kernel`), whichever library runs the training passes' (oneDNN on x86 CPUs not Intel's,
 MKL on Intel's: models/cpu_matmul.py): `linear_panels`, for the few rows of a decode step, where
 either library's fixed cost per call is most of the time. Its weights are packed once per
 rollout (`pack_panels`), and the Python step and the prefill call it too, so both steps still
@@ -76,19 +77,6 @@ HEADERS = (_MODELS / "vector_ops.h",)  # copied beside the sources, which includ
 OPENMP = ("-fopenmp",) if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else ()
 # -ffp-contract=off: each product and sum rounded alike in every instruction-set clone of a kernel.
 CFLAGS = ("-O3", "-ffp-contract=off", *OPENMP)
-# The step's attention and element-wise work in decode_step.cpp's own loops (False: the Python
-# step's ATen calls, so its bits exactly; the tests compare both ways, and the step benchmark's
-# aten-ops ablation).
-OWN_KERNELS = True
-# The rollout's float32 linear layers in decode_step.cpp's own kernel where it applies (False:
-# oneDNN's, as in training; the tests compare both, and the step benchmark's onednn-linear ablation).
-MATMUL_KERNEL = True
-# The step's rows split between the threads, each taking its share through the whole step, where
-# the rows split into shares the kernels use well and the step's own linear kernel runs
-# (decode_step.cpp's fused_step); False: every kernel splits its own work by columns, as it does
-# for the other row counts. The same bits either way (the step benchmark's column-split-decode
-# ablation).
-SPLIT_ROWS = True
 _lock = threading.Lock()
 
 
@@ -314,14 +302,14 @@ def _packed_linear(panels: bool) -> PackedLinear:
     return (linear_panels, pack_panels) if panels else (cpu_matmul.linear_packed, _pack_for_onednn)
 
 
-def rollout_linear(onednn: bool) -> PackedLinear | None:
+def rollout_linear(onednn: bool, kernel: bool = True) -> PackedLinear | None:
     """(linear, pack) for a rollout's float32 linear layers on a CPU: this library's kernel where
-    it is built and the CPU has one for it (`MATMUL_KERNEL`), whichever library the training
+    it is built and the CPU has one for it (`kernel`: Speed.decode_linear_kernel), whichever library the training
     passes use (at a decode step's few rows MKL's fixed cost per call is most of the time too:
     on an Intel Xeon the step benchmark's rollout took 89-92 ms a step through MKL, 68-77 through
     the kernel, in the same invocations); else oneDNN's packed matmul where oneDNN runs the
     model's linear layers (`onednn`: cpu_matmul.applies); else None, F.linear."""
-    if MATMUL_KERNEL and choice() != "python" and op() is not None and torch.ops.axiom_rl.panel_kernel():
+    if kernel and choice() != "python" and op() is not None and torch.ops.axiom_rl.panel_kernel():
         return _packed_linear(True)
     return _packed_linear(False) if onednn else None
 
@@ -336,14 +324,15 @@ def applies(w: Any) -> bool:
     )
 
 
-def step_for(w: Any) -> Callable[..., torch.Tensor] | None:
+def step_for(w: Any, own_kernels: bool = True, split_rows: bool = True) -> Callable[..., torch.Tensor] | None:
     """fast._forward's decode step for these weights (fast._Weights), in C++: called as
     `step(ids, positions, cache_k, cache_v, start, mask, cos, sin)` with one token per row and
-    an additive mask. None where it does not apply or is not available."""
+    an additive mask. None where it does not apply or is not available. `own_kernels`,
+    `split_rows`: Speed.decode_own_kernels and decode_split_rows."""
     if not applies(w):
         return None
     built = op()
-    return None if built is None else _bind(built, w)
+    return None if built is None else _bind(built, w, own_kernels, split_rows)
 
 
 # decode_step.cpp's kShareRows: fused_step splits a step's rows between the threads where each
@@ -351,17 +340,17 @@ def step_for(w: Any) -> Callable[..., torch.Tensor] | None:
 SHARE_ROWS = 4
 
 
-def split_unit(w: Any) -> int:
+def split_unit(w: Any, split_rows: bool = True, own_kernels: bool = True) -> int:
     """The C++ step for these weights (fast._Weights) splits its rows between the threads when
     their number is a multiple of this (1: it never does, so any number of rows is alike)."""
     threads = torch.get_num_threads()
-    if not (SPLIT_ROWS and OWN_KERNELS) or w.linear is not linear_panels or threads <= 1:
+    if not (split_rows and own_kernels) or w.linear is not linear_panels or threads <= 1:
         return 1
     return SHARE_ROWS * threads
 
 
 def _bind(
-    built: Callable[..., torch.Tensor], w: Any, own_kernels: bool | None = None
+    built: Callable[..., torch.Tensor], w: Any, own_kernels: bool = True, split_rows: bool = True
 ) -> Callable[..., torch.Tensor]:
     from ..models import cpu_matmul
 
@@ -371,16 +360,15 @@ def _bind(
     biases = [layer.bqkv for layer in w.layers]
     # decode_step.cpp's LinearKind: 0 F.linear, 1 oneDNN, 2 its own kernel.
     kind = {cpu_matmul.linear_packed: 1, linear_panels: 2}.get(w.linear, 0)
-    kernel = OWN_KERNELS if own_kernels is None else own_kernels
     shape = (w.heads, w.kv_heads, w.head_dim, w.eps)
-    fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, kind, kernel)
+    fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, kind, own_kernels)
     # `record`: models/replay.LinearOutputs.flat(), filled at step `record_at` (decode_step.cpp's keep).
     # `rows_per_prompt`, `prompt_slots`: each run of that many rows holds the same first slots in
     # its caches (a prompt's, for its completions), which the attention kernel then reads once.
     # `rows`: None, or the rows of the batch to compute (int64, increasing: the decode loop leaves
     # out rows that have finished); the step then returns their logits alone.
     return lambda *args, record=(), record_at=0, rows_per_prompt=1, prompt_slots=0, rows=None: built(
-        *args, *fixed, list(record), record_at, rows_per_prompt, prompt_slots, SPLIT_ROWS, rows
+        *args, *fixed, list(record), record_at, rows_per_prompt, prompt_slots, split_rows, rows
     )
 
 

@@ -138,20 +138,15 @@ def prompt_runs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return starts.nonzero().squeeze(-1), starts.long().cumsum(0) - 1
 
 
-# Micro-batches of rows of similar lengths, each without the padding all its rows share
-# (train/grpo.py). False: each micro-batch the next rows in the batch's order, at the batch's full
-# width, as before (benchmarks/length_buckets.py measures both).
-BUCKET_LENGTHS = True
-
-
 def micro_batches(
-    batch: TokenBatch, parts: int, share_prompts: bool, regroup: bool = True
+    batch: TokenBatch, parts: int, share_prompts: bool, regroup: bool = True, bucket: bool = True
 ) -> list[tuple[slice | torch.Tensor, TokenBatch]]:
     """(rows, their micro-batch) for each of `parts` gradient-accumulation micro-batches of
     ceil(N / parts) rows.
 
-    One part: the whole batch as it is (rows a slice). More, with BUCKET_LENGTHS, length
-    bucketing: each micro-batch cut to its own longest prompt and completion
+    One part: the whole batch as it is (rows a slice). More, with `bucket` (Speed.bucket_lengths;
+    off: each micro-batch the next rows in the batch's order, at the batch's full width, which
+    benchmarks/length_buckets.py measures against), length bucketing: each micro-batch cut to its own longest prompt and completion
     (`TokenBatch.trimmed`), and with `regroup` its rows chosen so that they need little padding:
     of three groupings, the rows in order, the rows sorted by length and the prompt groups sorted
     by their longest row, the one with the fewest token positions through the layers
@@ -165,10 +160,8 @@ def micro_batches(
     if size >= n:
         return [(slice(0, n), batch)]
     in_order = [slice(start, min(n, start + size)) for start in range(0, n, size)]
-    if not (BUCKET_LENGTHS and regroup):
-        return [
-            (rows, batch.rows(rows).trimmed() if BUCKET_LENGTHS else batch.rows(rows)) for rows in in_order
-        ]
+    if not (bucket and regroup):
+        return [(rows, batch.rows(rows).trimmed() if bucket else batch.rows(rows)) for rows in in_order]
     t = batch.completion_length
     mask = batch.attention_mask
     prompt_len, completion_len = mask[:, :-t].sum(-1).tolist(), mask[:, -t:].sum(-1).tolist()

@@ -22,6 +22,7 @@ Where this departs from textbook GRPO (Shao et al. 2024):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import statistics
 import time
@@ -47,6 +48,7 @@ from ..reward_stage import RewardStage, StepRewards
 from ..rollout import Rollout, decode_completion, generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
 from ..sources import Outcome, Source, SourceContext, make_source, outcomes
+from ..speed import Speed
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..terminal import printable
@@ -62,22 +64,21 @@ from .plan import Plan, plan_run, warmup_warning
 from .runlog import RunLog
 from .stop import StopRequest
 
-# The reference, old-policy and training passes run each group's prompt once, not G times
-# (batch.py: _shared_prompt_logits), where that pays: on a CPU, which computes every token it is
-# given (1.07-1.19x faster steps at 4 prompts x G = 4). On an H100 the separate prompt pass,
-# the cache indexing and its backward (a scatter-add) cost more than the prompt tokens they save:
-# steps took 1.35x as long (3M model) and 1.05x (0.5B, 8 x 8, 512 tokens; its backward 412 ms
-# against 212), for 3-7% less memory. None: that choice by device; benchmarks/grpo_step.py sets
-# False to measure it.
-SHARE_PROMPT_PASSES: bool | None = None
+
+def speed_of(cfg: TrainConfig, device: torch.device) -> Speed:
+    """The run's speed settings: config.json's, as train() resolved them, or for a config that was
+    not resolved (a test's, a library caller's) the defaults of `device`, under its `speed:`."""
+    return Speed.resolve(cfg.speed, device.type)
 
 
-def share_prompt_passes(batch: TokenBatch) -> bool:
-    return shares_prompt_passes_on(batch.input_ids.device)
-
-
-def shares_prompt_passes_on(device: torch.device) -> bool:
-    return device.type == "cpu" if SHARE_PROMPT_PASSES is None else SHARE_PROMPT_PASSES
+def share_prompt_passes(batch: TokenBatch, cfg: TrainConfig) -> bool:
+    """Whether the reference, old-policy and training passes run each group's prompt once, not G
+    times (batch.py: _shared_prompt_logits): Speed.share_prompt_passes, on a CPU by default, which
+    computes every token it is given (1.07-1.19x faster steps at 4 prompts x G = 4). On an H100 the
+    separate prompt pass, the cache indexing and its backward (a scatter-add) cost more than the
+    prompt tokens they save: steps took 1.35x as long (3M model) and 1.05x (0.5B, 8 x 8, 512
+    tokens; its backward 412 ms against 212), for 3-7% less memory."""
+    return speed_of(cfg, batch.input_ids.device).share_prompt_passes
 
 
 class TrainingStopped(RuntimeError):
@@ -262,8 +263,9 @@ def update_micro_batches(
     return micro_batches(
         batch,
         cfg.gradient_accumulation_steps,
-        share_prompts=share_prompt_passes(batch),
+        share_prompts=share_prompt_passes(batch, cfg),
         regroup=regroupable(cfg.loss_type),
+        bucket=speed_of(cfg, batch.input_ids.device).bucket_lengths,
     )
 
 
@@ -272,7 +274,7 @@ def frozen_logprobs(model: Any, batch: TokenBatch, cfg: TrainConfig) -> torch.Te
     """Log-probs [N, T] without gradient, micro-batch by micro-batch (0 past a trimmed
     micro-batch's completions: padding there)."""
     model.eval()
-    share = share_prompt_passes(batch)
+    share = share_prompt_passes(batch, cfg)
     parts = update_micro_batches(batch, cfg)
     if len(parts) == 1:
         return completion_logprobs(model, parts[0][1], cfg.temperature, share_prompts=share)[0]
@@ -347,7 +349,7 @@ def optimizer_step(
                 part,
                 cfg.temperature,
                 with_entropy=True,
-                share_prompts=share_prompt_passes(part),
+                share_prompts=share_prompt_passes(part, cfg),
                 recorded=None if recorded is None else recorded.rows(rows),
             )
             loss, metrics = policy_loss(
@@ -434,7 +436,9 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
     """Run GRPO as configured. `progress(step, total, row)` is called after every step."""
     plan = plan_run(cfg)
     parallel = Parallel(resolve_device(cfg.device))
-    if parallel.device.type == "cpu":
+    # Every speed setting resolved for this device: what runs is what config.json says.
+    cfg = dataclasses.replace(cfg, speed=Speed.resolve(cfg.speed, parallel.device.type).as_dict())
+    if speed_of(cfg, parallel.device).keep_freed_memory:
         keep_freed_memory()  # large activations reuse mapped pages (see host_memory)
     run_dir, ckpt = Path(cfg.output_dir), check_run_dir(cfg)
     parallel.barrier()  # every rank has checked the directory before rank 0 writes to it
@@ -452,258 +456,315 @@ def _train(
     cfg: TrainConfig, plan: Plan, parallel: Parallel, run_dir: Path, ckpt: Path | None,
     progress: Any, say: Callable[[str], None],
 ) -> TrainResult:  # fmt: skip
-    torch.manual_seed(cfg.seed)
-    policy = load_policy(
-        cfg.model,
-        **cfg.load_options(),
-        device=str(parallel.device),
-        need_reference=cfg.beta != 0.0,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        seed=cfg.seed,
-    )
-    train_model = parallel.wrap(policy.model)
-    backend = get_backend(cfg.rollout_backend, policy.model, cfg.min_completion_length)
-    if hasattr(backend, "record_linear_outputs"):  # for the first update's pass (models/replay.py)
-        backend.record_linear_outputs = (
-            replay.replayable(policy.model)
-            and not cfg.gradient_checkpointing
-            and shares_prompt_passes_on(policy.device)  # the replay serves the completions' pass
+    """The loop: each rollout is verified, rewarded and observed by the problem source, turned into
+    advantages, and trained on for num_iterations optimizer steps; checkpoints as configured."""
+    run = Run.start(cfg, plan, parallel, run_dir, ckpt, say)
+    result = TrainResult(run_dir, run.step, is_main=parallel.is_main)
+    with contextlib.ExitStack() as stack, StopRequest(say if parallel.is_main else (lambda m: None)) as stop:
+        run.open(stack)
+        monitor = Monitor(cfg, parallel, run.log, say, stop)
+        while run.step < cfg.steps and not monitor.should_stop(run.step):
+            # 1. rollout, verification, rewards; the source sees every result
+            scored, batch, early, refilled, zero_std_before = run.rollout(monitor)
+            batch = batch if batch is not None else rollout_batch(scored.rollout, run.policy)
+            # 2. rewards -> advantages ([B*G], or [B*G, T] where a reward component gave step credit)
+            rewards, info, advantages = run.advantages(scored, batch, monitor)
+            # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
+            ref, old, time_ref = early if early is not None else frozen_passes(run.policy, batch, cfg)
+            # 4. num_iterations optimizer steps on this rollout
+            for i in range(cfg.num_iterations):
+                if run.step >= cfg.steps:
+                    break
+                update, time_update = run.update(scored, batch, advantages, old, ref)
+                row = step_metrics(
+                    run.step, scored, rewards, info, update, refilled, zero_std_before, run.scheduler,
+                    time_update + (time_ref if i == 0 else 0.0), cfg,
+                )  # fmt: skip
+                row["time_reference_s"] = time_ref if i == 0 else 0.0  # the first update's
+                row.update({f"source/{k}": float(v) for k, v in run.source.metrics().items()})
+                row = merge_ranks(row, rewards, parallel)
+                run.log.metrics(row)
+                run.log.samples(sample_rows(run.step, scored, cfg))
+                result.metrics.append(row)
+                if progress is not None and parallel.is_main:
+                    progress(run.step, cfg.steps, row)
+                if cfg.verbose and parallel.is_main:
+                    _print_samples(say, run.step, scored, cfg)
+                if run.bad_steps >= cfg.max_bad_steps:
+                    run.checkpoint()
+                    result.steps = run.step
+                    raise TrainingStopped(
+                        f"{run.bad_steps} steps in a row had a non-finite loss; stopped at step {run.step} "
+                        "(checkpoint written)"
+                    )
+                if cfg.save_every and run.step % cfg.save_every == 0 and run.step < cfg.steps:
+                    run.checkpoint()
+        run.checkpoint()
+        result.stopped_early = run.step < cfg.steps and not monitor.budget_spent
+        result.steps = run.step
+        run.finish(result.stopped_early)
+    parallel.close()
+    return result
+
+
+class Monitor:
+    """What watches the loop from outside the algorithm: a stop request (Ctrl-C, every rank at
+    the same step), the time budget, and the warnings said once (truncated prompts) or when a
+    run has stalled (rollouts in a row with nothing to learn from)."""
+
+    def __init__(
+        self, cfg: TrainConfig, parallel: Parallel, log: Any, say: Callable[[str], None], stop: Any
+    ) -> None:
+        self.cfg, self.parallel, self.log, self.say, self.stop = cfg, parallel, log, say, stop
+        self.started = time.perf_counter()
+        self.budget_spent = False
+        self.flat_steps = 0  # rollouts in a row whose advantages were all 0
+        self.warned_truncation = False
+
+    def should_stop(self, step: int) -> bool:
+        if self.parallel.total(float(self.stop.requested)) > 0:
+            return True
+        over = time.perf_counter() - self.started >= self.cfg.max_seconds
+        if self.cfg.max_seconds and self.parallel.total(float(over)) > 0:
+            self.log.info(f"time budget of {self.cfg.max_seconds}s reached at step {step}")
+            self.budget_spent = True
+            return True
+        return False
+
+    def rollout_seen(self, scored: Scored, step: int) -> None:
+        if scored.rollout.truncated_prompts and not self.warned_truncation:
+            self.warned_truncation = True
+            cut = truncation_warning(
+                scored.rollout.truncated_prompts, len(scored.problems), self.cfg.max_prompt_length
+            )
+            self.log.warning(f"at step {step + 1}, {cut}", self.say)
+
+    def advantages_seen(self, advantages: torch.Tensor, rewards: torch.Tensor, note: str | None) -> None:
+        if note is not None:
+            self.log.warning(note, self.say)
+        self.flat_steps = self.flat_steps + 1 if not bool(advantages.any()) else 0
+        if self.flat_steps == STALL_STEPS:
+            fixed = bool(self.cfg.problems_file)
+            self.log.warning(
+                stall_warning(self.flat_steps, float(rewards.mean()), fixed_problems=fixed), self.say
+            )
+
+
+@dataclass
+class Run:
+    """A training run's parts, made once (`start`): the policy and its optimizer, the rollout
+    backend, the problem source, the reward stage, the advantage estimator; and its stages, each
+    a call: `rollout`, `advantages`, `update`, `checkpoint`."""
+
+    cfg: TrainConfig
+    plan: Plan
+    parallel: Parallel
+    run_dir: Path
+    policy: Policy
+    train_model: Any
+    backend: Any
+    optimizer: Any
+    scheduler: Any
+    source: Source
+    estimator: Estimator
+    stage: RewardStage
+    scale: LossScale
+    log: Any
+    card: dict[str, Any]
+    step: int = 0
+    bad_steps: int = 0
+    sandbox: Sandbox | None = None
+    overlap: bool = False
+
+    @classmethod
+    def start(
+        cls, cfg: TrainConfig, plan: Plan, parallel: Parallel, run_dir: Path, ckpt: Path | None,
+        say: Callable[[str], None],
+    ) -> Run:  # fmt: skip
+        torch.manual_seed(cfg.seed)
+        speed = speed_of(cfg, parallel.device)
+        policy = load_policy(
+            cfg.model, **cfg.load_options(), device=str(parallel.device), need_reference=cfg.beta != 0.0,
+            gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed, speed=speed,
+        )  # fmt: skip
+        backend = get_backend(cfg.rollout_backend, policy.model, cfg.min_completion_length, speed)
+        if hasattr(backend, "record_linear_outputs"):  # for the first update's pass (models/replay.py)
+            backend.record_linear_outputs = (
+                speed.replay_linear_outputs
+                and replay.replayable(policy.model)
+                and not cfg.gradient_checkpointing
+                and speed.share_prompt_passes  # the replay serves the completions' pass
+            )
+        optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay, speed.fused_adamw)
+        problems = None if plan.problems is None else tuple(plan.problems)
+        context = SourceContext(
+            tuple(plan.tasks), tuple(plan.difficulties), cfg.seed, parallel.rank, parallel.world, problems
         )
-    optimizer = make_optimizer(policy.trainable_parameters, cfg.lr, cfg.weight_decay)
-    scheduler = make_scheduler(cfg, optimizer)
-    source = make_source(
-        cfg.source,
-        SourceContext(
-            tuple(plan.tasks),
-            tuple(plan.difficulties),
-            cfg.seed,
-            parallel.rank,
-            parallel.world,
-            None if plan.problems is None else tuple(plan.problems),
-        ),
-    )
-    estimator = Estimator(cfg.advantage, cfg.advantage_params)
-    stage = RewardStage.from_specs(plan.rewards)  # components that hold a model load here, once
-    scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
-    step, bad_steps = 0, 0
-    if ckpt is not None:
+        run = cls(
+            cfg, plan, parallel, run_dir, policy, parallel.wrap(policy.model), backend, optimizer,
+            make_scheduler(cfg, optimizer), make_source(cfg.source, context),
+            Estimator(cfg.advantage, cfg.advantage_params),
+            RewardStage.from_specs(plan.rewards),  # components that hold a model load here, once
+            LossScale(enabled=policy.dtype == torch.float16),  # see loss_scale.py
+            _NullLog(),
+            {  # the model card of every saved model: how it was prompted, what it learnt
+                "prompt_style": plan.prompt_style, "chat_template": cfg.chat_template,
+                "tasks": plan.tasks, "difficulties": plan.difficulties,
+            },
+        )  # fmt: skip
+        if ckpt is not None:
+            run.resume(ckpt)
+        if parallel.is_main:
+            run.log = RunLog(run_dir, resume_step=run.step if ckpt is not None else None)
+        run.log.info(
+            f"{'resumed at step ' + str(run.step) if ckpt else 'started'}: {cfg.model} on {','.join(plan.tasks)}, "
+            f"{cfg.steps} steps, {parallel.world} process(es), rollout backend {backend.name}"
+        )
+        short = warmup_warning(cfg.warmup_steps, cfg.steps)
+        if short and ckpt is None:
+            run.log.warning(short, say)  # rank 0 alone: the others' log is a _NullLog
+        return run
+
+    def resume(self, ckpt: Path) -> None:
+        cfg, parallel = self.cfg, self.parallel
         state = load_checkpoint(
-            ckpt,
-            cfg,
-            policy.model,
-            optimizer,
-            scheduler,
-            policy.lora,
-            rank=parallel.rank,
-            world=parallel.world,
-        )
-        step, bad_steps = state["step"], state.get("bad_steps", 0)
-        scale.load_state_dict(state.get("loss_scale"))
-        source.load_state_dict(state["sources" if "sources" in state else "streams"][parallel.rank])
+            ckpt, cfg, self.policy.model, self.optimizer, self.scheduler, self.policy.lora,
+            rank=parallel.rank, world=parallel.world,
+        )  # fmt: skip
+        self.step, self.bad_steps = state["step"], state.get("bad_steps", 0)
+        self.scale.load_state_dict(state.get("loss_scale"))
+        self.source.load_state_dict(state["sources" if "sources" in state else "streams"][parallel.rank])
         if state.get("estimator"):
-            estimator.load_state_dict(state["estimator"][parallel.rank])
+            self.estimator.load_state_dict(state["estimator"][parallel.rank])
         elif state.get("kalman"):  # a checkpoint of an earlier version
-            estimator.load_state_dict({"kalman": state["kalman"][parallel.rank]})
+            self.estimator.load_state_dict({"kalman": state["kalman"][parallel.rank]})
         if parallel.is_main:  # now the run goes on under them (a failed resume left the old ones)
-            save_config(cfg, run_dir / "config.json")
-    log: Any = (
-        RunLog(run_dir, resume_step=step if ckpt is not None else None) if parallel.is_main else _NullLog()
-    )
-    log.info(
-        f"{'resumed at step ' + str(step) if ckpt else 'started'}: {cfg.model} on {','.join(plan.tasks)}, "
-        f"{cfg.steps} steps, {parallel.world} process(es), rollout backend {backend.name}"
-    )
+            save_config(cfg, self.run_dir / "config.json")
 
-    short = warmup_warning(cfg.warmup_steps, cfg.steps)
-    if short and ckpt is None:
-        log.warning(short, say)  # rank 0 alone: the others' log is a _NullLog
+    def open(self, stack: contextlib.ExitStack) -> None:
+        """The sandbox (where a task runs code) and the log, closed with `stack`; a failure is
+        logged with the step it happened at."""
+        cfg, plan = self.cfg, self.plan
+        self.overlap = plan.needs_sandbox and overlaps_verification(
+            cfg.overlap_verification, self.policy.device.type
+        )
+        workers = sandbox_workers(cfg.verify_workers, self.overlap, processes=self.parallel.world)
+        # A rollout verifies prompts_per_step x G completions at once (a DAPO refill, fewer).
+        workers = pool_size(workers, cfg.prompts_per_step * cfg.num_generations)
+        if plan.needs_sandbox:
+            self.sandbox = stack.enter_context(Sandbox(workers=workers))
+        stack.callback(self.log.close)
 
-    card = {  # the model card of every saved model: how it was prompted, what it learnt
-        "prompt_style": plan.prompt_style,
-        "chat_template": cfg.chat_template,
-        "tasks": plan.tasks,
-        "difficulties": plan.difficulties,
-    }
+        def record_failure(kind: Any, error: BaseException | None, _tb: Any) -> bool:
+            if error is not None and not isinstance(error, TrainingStopped):  # (which logs its own)
+                self.log.failed(self.step, error)
+            return False  # the error goes on up
 
-    def checkpoint() -> None:
-        sources = parallel.gather(source.state_dict())
-        estimators = parallel.gather(estimator.state_dict())
+        stack.push(record_failure)
+
+    def rollout(self, monitor: Monitor) -> tuple[Scored, TokenBatch | None, Any, int, float]:
+        """A rollout of the source's next problems, verified and rewarded, seen by the source (and
+        its refills, with dynamic sampling). With overlap_verification, the reference and old
+        log-probs (which need no reward) run while the sandbox finishes: `early`."""
+        cfg = self.cfg
+        problems = self.source.next_batch(cfg.prompts_per_step)
+        pending = start_rollout(
+            self.policy, self.backend, problems, cfg, self.plan, self.stage, self.sandbox, self.overlap
+        )
+        batch, early = None, None
+        if self.overlap and not cfg.dynamic_sampling:  # (a refill would change the batch's rows)
+            try:
+                batch = rollout_batch(pending.rollout, self.policy)
+                early = frozen_passes(self.policy, batch, cfg)
+            except BaseException:
+                pending.verification.discard()
+                raise
+        scored = pending.scored()
+        monitor.rollout_seen(scored, self.step)
+        self.source.observe(scored_outcomes(scored))
+        zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
+        refilled = (
+            refill_flat_groups(
+                scored, self.policy, self.backend, self.source, cfg, self.plan, self.stage, self.sandbox
+            )
+            if cfg.dynamic_sampling
+            else 0
+        )
+        return scored, batch, early, refilled, zero_std_before
+
+    def advantages(
+        self, scored: Scored, batch: TokenBatch, monitor: Monitor
+    ) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """(rewards [B*G], the estimator's result, the loss's advantages: [B*G], or [B*G, T] where
+        a reward component gave step credit), on the policy's device."""
+        cfg = self.cfg
+        rewards = group_rewards(scored, cfg.num_generations)
+        groups = Groups(group_keys(scored.problems, cfg.krpo_key), self.step, cfg.seed)
+        info = self.estimator(rewards, cfg.num_generations, groups)
+        advantages = with_step_credit(
+            info.advantages, scored, self.policy.tokenizer, cfg.num_generations, batch
+        )
+        monitor.advantages_seen(info.advantages, rewards, self.estimator.warning())
+        return rewards, info, advantages.to(self.policy.device)
+
+    def update(
+        self, scored: Scored, batch: TokenBatch, advantages: torch.Tensor, old: Any, ref: Any
+    ) -> tuple[dict[str, float], float]:
+        """One optimizer step on the rollout; the step counted, the schedule advanced (a skipped
+        step said in the log). Returns its figures and its time."""
+        start = time.perf_counter()
+        # The rollout's linear outputs serve the first update only: it changes the weights.
+        recorded, scored.rollout.linear_outputs = scored.rollout.linear_outputs, None
+        update = optimizer_step(
+            self.policy, self.train_model, self.optimizer, batch, advantages, old, ref, self.cfg,
+            self.parallel, self.scale, recorded,
+        )  # fmt: skip
+        if recorded is not None:  # nothing reads it now: the next rollout writes into it
+            self.backend.recycle(recorded)
+        del recorded
+        took = time.perf_counter() - start
+        self.step += 1
+        if update["finite"]:
+            self.scheduler.step()
+            self.bad_steps = 0
+        elif update["overflow"]:
+            self.log.info(
+                f"step {self.step}: fp16 gradients overflowed at loss scale {update['loss_scale']:g}; skipped"
+            )
+        else:
+            self.bad_steps += 1
+            self.log.info(f"step {self.step}: non-finite loss or gradient ({update['loss']}); update skipped")
+        return update, took
+
+    def checkpoint(self) -> None:
+        parallel = self.parallel
+        sources = parallel.gather(self.source.state_dict())
+        estimators = parallel.gather(self.estimator.state_dict())
         rngs = parallel.gather(rng_state())
         if parallel.is_main:
             trainer_state = {
-                "step": step,
-                "bad_steps": bad_steps,
-                "loss_scale": scale.state_dict() if scale.enabled else None,
+                "step": self.step,
+                "bad_steps": self.bad_steps,
+                "loss_scale": self.scale.state_dict() if self.scale.enabled else None,
                 "sources": sources,
                 "estimator": estimators,
             }
             save_checkpoint(
-                run_dir, step, policy, optimizer, scheduler, trainer_state, cfg.keep_checkpoints, rngs, card
-            )
-            log.info(f"checkpoint at step {step}")
+                self.run_dir, self.step, self.policy, self.optimizer, self.scheduler, trainer_state,
+                self.cfg.keep_checkpoints, rngs, self.card,
+            )  # fmt: skip
+            self.log.info(f"checkpoint at step {self.step}")
         parallel.barrier()
 
-    result = TrainResult(run_dir, step, is_main=parallel.is_main)
-    budget_spent = False
-    overlap = plan.needs_sandbox and overlaps_verification(cfg.overlap_verification, policy.device.type)
-    workers = sandbox_workers(cfg.verify_workers, overlap, processes=parallel.world)
-    # A rollout verifies prompts_per_step x G completions at once (a DAPO refill, fewer).
-    workers = pool_size(workers, cfg.prompts_per_step * cfg.num_generations)
-    sandbox = Sandbox(workers=workers) if plan.needs_sandbox else None
-    with contextlib.ExitStack() as stack, StopRequest(say if parallel.is_main else (lambda m: None)) as stop:
-        if sandbox is not None:
-            stack.enter_context(sandbox)
-        stack.callback(log.close)
-
-        def record_failure(kind: Any, error: BaseException | None, _tb: Any) -> bool:
-            if error is not None and not isinstance(error, TrainingStopped):  # (which logs its own)
-                log.failed(step, error)
-            return False  # the error goes on up
-
-        stack.push(record_failure)
-        started = time.perf_counter()
-        flat_steps = 0  # rollouts in a row whose advantages were all 0
-        warned_truncation = False
-
-        while step < cfg.steps:
-            if parallel.total(float(stop.requested)) > 0:  # every rank stops at the same step
-                break
-            if (
-                cfg.max_seconds
-                and parallel.total(float(time.perf_counter() - started >= cfg.max_seconds)) > 0
-            ):
-                log.info(f"time budget of {cfg.max_seconds}s reached at step {step}")
-                budget_spent = True
-                break
-            # 1. rollout and verification; with overlap_verification, the reference and old
-            # log-probs (which need no reward) run while the sandbox finishes
-            pending = start_rollout(
-                policy, backend, source.next_batch(cfg.prompts_per_step), cfg, plan, stage, sandbox, overlap
+    def finish(self, stopped_early: bool) -> None:
+        if stopped_early:
+            self.log.info(
+                f"stopped by request (Ctrl-C) at step {self.step}; axiom-rl train --resume continues it"
             )
-            batch, early = None, None
-            if overlap and not cfg.dynamic_sampling:  # (a refill would change the batch's rows)
-                try:
-                    batch = rollout_batch(pending.rollout, policy)
-                    early = frozen_passes(policy, batch, cfg)
-                except BaseException:
-                    pending.verification.discard()
-                    raise
-            scored = pending.scored()
-            if scored.rollout.truncated_prompts and not warned_truncation:
-                warned_truncation = True
-                cut = truncation_warning(
-                    scored.rollout.truncated_prompts, len(scored.problems), cfg.max_prompt_length
-                )
-                log.warning(f"at step {step + 1}, {cut}", say)
-            source.observe(scored_outcomes(scored))
-            zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
-            refilled = (
-                refill_flat_groups(scored, policy, backend, source, cfg, plan, stage, sandbox)
-                if cfg.dynamic_sampling
-                else 0
-            )
-            # 2. rewards -> advantages
-            rewards = group_rewards(scored, cfg.num_generations)
-            info = estimator(
-                rewards,
-                cfg.num_generations,
-                Groups(group_keys(scored.problems, cfg.krpo_key), step, cfg.seed),
-            )
-            if (note := estimator.warning()) is not None:
-                log.warning(note, say)
-            if batch is None:
-                batch = rollout_batch(scored.rollout, policy)
-            advantages = with_step_credit(
-                info.advantages, scored, policy.tokenizer, cfg.num_generations, batch
-            )
-            advantages = advantages.to(policy.device)
-            flat_steps = flat_steps + 1 if not bool(info.advantages.any()) else 0
-            if flat_steps == STALL_STEPS:
-                log.warning(
-                    stall_warning(flat_steps, float(rewards.mean()), fixed_problems=bool(cfg.problems_file)),
-                    say,
-                )
-            # 3. reference and old log-probs (skipped when not needed: beta = 0, mu = 1)
-            ref, old, time_ref = early if early is not None else frozen_passes(policy, batch, cfg)
-            time_reference = time_ref
-            # 4. num_iterations optimizer steps on this rollout
-            for _ in range(cfg.num_iterations):
-                if step >= cfg.steps:
-                    break
-                start = time.perf_counter()
-                # The rollout's linear outputs serve the first update only: it changes the weights.
-                recorded, scored.rollout.linear_outputs = scored.rollout.linear_outputs, None
-                update = optimizer_step(
-                    policy,
-                    train_model,
-                    optimizer,
-                    batch,
-                    advantages,
-                    old,
-                    ref,
-                    cfg,
-                    parallel,
-                    scale,
-                    recorded,
-                )
-                if recorded is not None:  # nothing reads it now: the next rollout writes into it
-                    backend.recycle(recorded)
-                del recorded
-                time_update = time.perf_counter() - start + time_ref
-                time_ref = 0.0
-                step += 1
-                if update["finite"]:
-                    scheduler.step()
-                    bad_steps = 0
-                elif update["overflow"]:
-                    log.info(
-                        f"step {step}: fp16 gradients overflowed at loss scale {update['loss_scale']:g}; skipped"
-                    )
-                else:
-                    bad_steps += 1
-                    log.info(f"step {step}: non-finite loss or gradient ({update['loss']}); update skipped")
-                row = step_metrics(
-                    step,
-                    scored,
-                    rewards,
-                    info,
-                    update,
-                    refilled,
-                    zero_std_before,
-                    scheduler,
-                    time_update,
-                    cfg,
-                )
-                row["time_reference_s"] = time_reference  # the reference pass belongs to the first update
-                row.update({f"source/{k}": float(v) for k, v in source.metrics().items()})
-                time_reference = 0.0
-                row = merge_ranks(row, rewards, parallel)
-                log.metrics(row)
-                log.samples(sample_rows(step, scored, cfg))
-                result.metrics.append(row)
-                if progress is not None and parallel.is_main:
-                    progress(step, cfg.steps, row)
-                if cfg.verbose and parallel.is_main:
-                    _print_samples(say, step, scored, cfg)
-                if bad_steps >= cfg.max_bad_steps:
-                    checkpoint()
-                    result.steps = step
-                    raise TrainingStopped(
-                        f"{bad_steps} steps in a row had a non-finite loss; stopped at step {step} (checkpoint written)"
-                    )
-                if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
-                    checkpoint()
-        checkpoint()
-        result.stopped_early = step < cfg.steps and not budget_spent
-        result.steps = step
-        if result.stopped_early:
-            log.info(f"stopped by request (Ctrl-C) at step {step}; axiom-rl train --resume continues it")
-        if not result.stopped_early and parallel.is_main:
-            save_final_model(policy, run_dir / "final_model", merge=cfg.merge, card=card)
-            log.info(f"finished: final model in {run_dir / 'final_model'}")
-    del train_model  # the DDP wrapper (see Parallel.close)
-    parallel.close()
-    return result
+        elif self.parallel.is_main:
+            save_final_model(self.policy, self.run_dir / "final_model", merge=self.cfg.merge, card=self.card)
+            self.log.info(f"finished: final model in {self.run_dir / 'final_model'}")
+        self.train_model = None  # the DDP wrapper (see Parallel.close)
 
 
 def merge_ranks(row: dict[str, Any], rewards: torch.Tensor, parallel: Parallel) -> dict[str, Any]:

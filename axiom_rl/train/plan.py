@@ -17,6 +17,7 @@ from ..models.load import check_load_options, check_model_spec, read_model_card
 from ..rewards import parse_reward_specs
 from ..rollout import BACKENDS
 from ..sources import SourceContext, make_source
+from ..speed import Speed
 from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
 from ..types import Problem
@@ -130,6 +131,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
     # Their values, on a token: an impossible one is refused here, not after the run has started.
     policy_loss(torch.zeros(1, 1), None, None, torch.zeros(1), torch.ones(1, 1), loss_type=cfg.loss_type,
                 beta=0.0, **cfg.loss_params)  # fmt: skip
+    Speed.resolve(cfg.speed, "cpu")  # its names and values checked (resolved for the device later)
     # The problem source, made once to check its name and parameters (the trainer makes its own).
     make_source(cfg.source, SourceContext(tuple(tasks), tuple(difficulties), cfg.seed,
                                           problems=None if problems is None else tuple(problems)))  # fmt: skip
