@@ -113,10 +113,10 @@ class TrainConfig(ModelOptions):
     advantage_params: dict[str, Any] = field(default_factory=dict)
     """Extra parameters for the estimator (YAML), e.g. {beta_reward: 2.0} for dgro."""
     loss_type: str = "grpo"
-    """Policy loss (LOSSES): grpo, dr_grpo, dapo, bnpo, hybrid, gspo."""
+    """Policy loss (LOSSES): grpo, dr_grpo, dapo, bnpo, hybrid, gspo, dgro."""
     loss_params: dict[str, Any] = field(default_factory=dict)
     """Further options of the loss (YAML; docs/algorithms.md): dual_clip, kl_bias_correction,
-    importance_sampling, hybrid_alpha."""
+    importance_sampling, hybrid_alpha for the clipped losses; beta_sampling for dgro."""
     beta: float = 0.04
     """KL coefficient; 0 loads and runs no reference model."""
     kl_estimator: str = "k3"

@@ -32,7 +32,7 @@ def float64():
 
 def test_registries_list_every_variant():
     assert sorted(ADVANTAGES) == ["batch_norm", "dgro", "dr_grpo", "grpo", "krpo", "rloo"]
-    assert sorted(LOSSES) == ["bnpo", "dapo", "dr_grpo", "grpo", "gspo", "hybrid"]
+    assert sorted(LOSSES) == ["bnpo", "dapo", "dgro", "dr_grpo", "grpo", "gspo", "hybrid"]
     assert sorted(AGGREGATIONS) == ["bnpo", "dapo", "dr_grpo", "grpo", "hybrid"]
     assert sorted(KL_ESTIMATORS) == ["k1", "k2", "k3"]
 
@@ -78,15 +78,18 @@ def test_dgro_scales_by_beta_reward_and_explores_flat_groups():
     assert torch.equal(
         adv, compute_advantages(r, 2, "dgro", explore_std=0.1, generator=g)
     )  # ...deterministically
-    # the schedule hook decides beta_reward from (step, batch reward std)
-    seen = []
-
-    def schedule(step, batch_std):
-        seen.append((step, batch_std))
-        return 0.5
-
-    assert torch.allclose(compute_advantages(r, 2, "dgro", beta_schedule=schedule, step=7), 0.5 * base)
-    assert seen == [(7, pytest.approx(0.5))]
+    # the paper's form, r - V without the std, and beta_1 cosine-annealed from YAML numbers:
+    # 2.0 at step 0, 1.25 half way (2.0 -> 0.5 over 10 steps: 0.5 + 1.5 * (1 + cos(pi / 2)) / 2),
+    # 0.5 from step 10 on
+    centred = torch.tensor([0.5, -0.5, 0.0, 0.0])
+    assert torch.allclose(compute_advantages(r, 2, "dgro", beta_reward=2.0, scale="none"), 2 * centred)
+    for step, beta_1 in [(0, 2.0), (5, 1.25), (10, 0.5), (40, 0.5)]:
+        adv = compute_advantages(
+            r, 2, "dgro", beta_reward=2.0, beta_reward_end=0.5, anneal_steps=10, step=step, scale="none"
+        )
+        assert torch.allclose(adv, beta_1 * centred), step
+    with pytest.raises(UserError, match="scale"):
+        compute_advantages(r, 2, "dgro", scale="batch")
 
 
 def test_krpo_kalman_baseline_hand_derived():
@@ -317,9 +320,13 @@ def test_gradient_at_ratio_one_is_the_reinforce_gradient(loss_type):
         lp, lp.detach(), None, adv, mask, loss_type=loss_type, beta=0.0, max_completion_length=5
     )
     (ours,) = torch.autograd.grad(loss, lp)
-    # REINFORCE: -A * log pi, aggregated the same way
-    mode = "grpo" if loss_type == "gspo" else loss_type
-    reinforce = AGGREGATIONS[mode](-adv.unsqueeze(1) * lp, mask, max_completion_length=5)
+    # REINFORCE: -A * log pi, aggregated the same way (dgro: -A log pi(y), a sum over the
+    # sequence's tokens, averaged over sequences)
+    if loss_type == "dgro":
+        reinforce = (-adv.unsqueeze(1) * lp * mask).sum() / 6
+    else:
+        mode = "grpo" if loss_type == "gspo" else loss_type
+        reinforce = AGGREGATIONS[mode](-adv.unsqueeze(1) * lp, mask, max_completion_length=5)
     (ref,) = torch.autograd.grad(reinforce, lp)
     assert torch.allclose(ours, ref, atol=1e-12)
 
@@ -428,6 +435,7 @@ def test_a_loss_registered_from_outside_is_not_assumed_regroupable(monkeypatch):
 
     monkeypatch.setattr(losses, "LOSSES", dict(losses.LOSSES))
     monkeypatch.setattr(losses, "REGROUPABLE", set(losses.REGROUPABLE))
+    monkeypatch.setattr(losses, "LOSS_OPTIONS", dict(losses.LOSS_OPTIONS))
     assert regroupable("grpo")
     for name in ("grpo", "my_loss"):  # one's own, even under a built-in name
         losses.register_loss(name)(lambda *a, **k: None)
@@ -447,9 +455,9 @@ def test_micro_batches_add_up_to_the_whole_batch(loss_type):
     common = {
         "loss_type": loss_type,
         "max_completion_length": t,
-        "hybrid_alpha": 0.3,
         "num_items": mask.sum(),
         "num_sequences": n,
+        **({"hybrid_alpha": 0.3} if loss_type == "hybrid" else {}),
     }
     whole, _ = policy_loss(lp, old, ref, adv, mask, **common)
     parts = sum(
@@ -459,6 +467,61 @@ def test_micro_batches_add_up_to_the_whole_batch(loss_type):
         for i in range(0, n, 2)
     )
     assert parts.item() == pytest.approx(whole.item(), rel=1e-12)
+
+
+# ------------------------------------------------------------------ dgro's loss
+
+
+def test_dgro_loss_hand_derived_with_its_penalty_towards_the_sampling_policy():
+    # Two completions of two tokens, A = (+1, -2). Completion 0: log pi_theta = (-1, -2), log
+    # pi_old = (-1.5, -2): sequence log-ratio 0.5. Completion 1: log pi_theta = (-1, -1), pi_old
+    # equal: log-ratio 0. beta_2 = 0.1:
+    #   loss = [-(1)(-3) + 0.1 * 0.5^2 + -(-2)(-2) + 0] / 2 = (3 + 0.025 - 4) / 2 = -0.4875
+    #   d/d logp(0, t) = (-A_0 + 2 * 0.1 * 0.5) / 2 = (-1 + 0.1) / 2 = -0.45 for both tokens
+    #   d/d logp(1, t) = (-A_1 + 0) / 2 = 1.0
+    lp = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]], requires_grad=True)
+    old = torch.tensor([[-1.5, -2.0], [-1.0, -1.0]])
+    far_reference = torch.full((2, 2), -9.0)  # beta = 0: the reference plays no part
+    loss, metrics = policy_loss(
+        lp, old, far_reference, torch.tensor([1.0, -2.0]), torch.ones(2, 2), loss_type="dgro",
+        beta=0.0, beta_sampling=0.1,
+    )  # fmt: skip
+    (grad,) = torch.autograd.grad(loss, lp)
+    assert loss.item() == pytest.approx(-0.4875)
+    assert torch.allclose(grad, torch.tensor([[-0.45, -0.45], [1.0, 1.0]]))
+    assert metrics["sequence_log_ratio_sq"] == pytest.approx(0.125)  # (0.25 + 0) / 2
+    assert metrics["kl"] == 0.0 and metrics["clip_frac"] == 0.0
+    # On-policy (no old log-probs: one update per rollout) the penalty is 0 and has no gradient:
+    # the loss is REINFORCE's with the sequence's log-prob
+    loss, _ = policy_loss(
+        lp, None, None, torch.tensor([1.0, -2.0]), torch.ones(2, 2), loss_type="dgro", beta=0.0,
+        beta_sampling=5.0,
+    )  # fmt: skip
+    (grad,) = torch.autograd.grad(loss, lp)
+    assert torch.allclose(grad, torch.tensor([[-0.5, -0.5], [1.0, 1.0]]))
+    # beta > 0 adds the sequence's KL to the reference, summed over its tokens (k1 here)
+    with_kl, m = policy_loss(
+        lp, old, torch.full((2, 2), -1.5), torch.tensor([1.0, -2.0]), torch.ones(2, 2), loss_type="dgro",
+        beta=0.5, kl_estimator="k1", beta_sampling=0.1,
+    )  # fmt: skip
+    # k1 = logp - ref: (0.5, -0.5) and (0.5, 0.5); sums 0 and 1; 0.5 * (0 + 1) / 2 = 0.25
+    assert with_kl.item() == pytest.approx(-0.4875 + 0.25)
+    assert m["kl"] == pytest.approx(0.25)
+
+
+def test_dgro_loss_refuses_what_only_a_clipped_loss_takes():
+    lp = torch.zeros(1, 1)
+    for option in ({"dual_clip": 3.0}, {"importance_sampling": "sequence"}, {"hybrid_alpha": 0.5}):
+        with pytest.raises(UserError, match="dgro"):
+            policy_loss(
+                lp, None, None, torch.zeros(1), torch.ones(1, 1), loss_type="dgro", beta=0.0, **option
+            )
+    with pytest.raises(UserError, match="beta_sampling"):
+        policy_loss(
+            lp, None, None, torch.zeros(1), torch.ones(1, 1), loss_type="dgro", beta=0.0, beta_sampling=-1
+        )
+    with pytest.raises(UserError, match="does not take"):  # and the clipped losses refuse dgro's
+        policy_loss(lp, None, None, torch.zeros(1), torch.ones(1, 1), beta=0.0, beta_sampling=0.1)
 
 
 # ------------------------------------------------------------------ advantages per token
@@ -473,18 +536,22 @@ def test_a_per_sequence_advantage_is_the_per_token_one_repeated(loss_type, beta)
     mask = torch.ones(6, 5)
     mask[1, 3:] = mask[4, 1:] = 0
     per_token = adv.unsqueeze(1).expand(6, 5).clone()
+    clipped = loss_type != "dgro"  # dgro has no clipped ratio: its sampling penalty instead
     results = []
     for advantages in (adv, per_token):
         x = lp.clone().requires_grad_(True)
         loss, metrics = policy_loss(
             x, old, ref if beta else None, advantages, mask, loss_type=loss_type, beta=beta,
-            clip_eps=0.05, max_completion_length=5, dual_clip=3.0,
+            clip_eps=0.05, max_completion_length=5, **({"dual_clip": 3.0} if clipped else {}),
         )  # fmt: skip
         (grad,) = torch.autograd.grad(loss, x)
         results.append((loss.detach(), metrics, grad))
     (loss_a, m_a, g_a), (loss_b, m_b, g_b) = results
     assert torch.equal(loss_a, loss_b) and torch.equal(g_a, g_b) and m_a == m_b
-    assert m_a["clip_frac"] > 0  # the clipping was exercised
+    if clipped:
+        assert m_a["clip_frac"] > 0  # the clipping was exercised
+    else:
+        assert m_a["sequence_log_ratio_sq"] > 0  # the sampling penalty was exercised
 
 
 def test_per_token_advantages_hand_derived():

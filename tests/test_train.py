@@ -820,13 +820,45 @@ def test_loss_params_reach_the_loss_and_are_checked_before_the_run(tmp_path, mon
     assert len(trained) == 2 and all(p.items() >= params.items() for p in trained)
     assert {p["longest_completion"] for p in trained} == {16.0}  # every micro-batch: the batch's
     for bad, message in (
-        ({"epsilon": 0.1}, r"loss_params \['epsilon'\] unknown; the loss takes: dual_clip, hybrid_alpha"),
+        (
+            {"epsilon": 0.1},
+            r"loss_params \['epsilon'\] unknown; the grpo loss takes: dual_clip, hybrid_alpha",
+        ),
+        ({"beta_sampling": 0.1}, r"loss_params \['beta_sampling'\] unknown; the grpo loss takes"),
         ({"dual_clip": 0.5}, "dual_clip must be > 1, got 0.5"),
         ({"importance_sampling": "word"}, "importance_sampling must be 'token' or 'sequence'"),
     ):
         with pytest.raises(UserError, match=message):
             train(small(tmp_path, loss_params=bad, output_dir=str(tmp_path / "refused")))
         assert not (tmp_path / "refused").exists()
+
+
+def test_dgro_trains_with_its_coefficients_from_the_config(tmp_path):
+    """DGRO as a user sets it up in YAML: the `dgro` estimator's beta_1 (annealed) and the `dgro`
+    loss's beta_2 (`beta_sampling`), two updates a rollout so the second sees the penalty towards
+    the policy that sampled. An option of a clipped loss is refused before the run."""
+    import json
+
+    cfg = small(
+        tmp_path, steps=4, loss_type="dgro", advantage="dgro", num_iterations=2, beta=0.0,
+        advantage_params={"beta_reward": 2.0, "beta_reward_end": 0.5, "anneal_steps": 4, "scale": "none"},
+        loss_params={"beta_sampling": 0.5},
+    )  # fmt: skip
+    train(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "loss/sequence_log_ratio_sq" in r]
+    assert len(steps) == 4
+    # each rollout's first update is on-policy (no penalty), its second is not
+    assert steps[0]["loss/sequence_log_ratio_sq"] < 1e-9 and steps[1]["loss/sequence_log_ratio_sq"] > 1e-4
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["loss_params"] == {"beta_sampling": 0.5} and saved["advantage_params"]["anneal_steps"] == 4
+    with pytest.raises(
+        UserError, match=r"loss_params \['dual_clip'\] unknown; the dgro loss takes: beta_sampling"
+    ):
+        train(
+            small(tmp_path, loss_type="dgro", loss_params={"dual_clip": 3.0}, output_dir=str(tmp_path / "no"))
+        )
+    assert not (tmp_path / "no").exists()
 
 
 @pytest.mark.parametrize("share", [True, False])

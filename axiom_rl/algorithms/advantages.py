@@ -9,8 +9,8 @@ completions scored alike: nothing to learn from, the groups DAPO's dynamic sampl
     dr_grpo     r - group mean                                       Dr. GRPO (Liu et al. 2025)
     rloo        r - mean of the *other* G-1 rewards                  RLOO (Ahmadian et al. 2024)
     batch_norm  (r - group mean) / (std of the whole batch + eps)    REINFORCE++ / TRL scale_rewards="batch"
-    dgro        beta_reward * (r - group mean) / (group std + eps), exploration noise for
-                zero-variance groups, beta_reward optionally scheduled  DGRO (Su et al. 2025, arXiv 2505.12951)
+    dgro        beta_1 * (r - group mean) [/ (group std + eps)], exploration noise for
+                zero-variance groups, beta_1 optionally cosine-annealed   DGRO (Su et al. 2025, arXiv 2505.12951)
     krpo        r - Kalman-filtered baseline per prompt key, state carried across steps
                                                                      KRPO (Wang et al. 2025, arXiv 2505.07527)
 
@@ -107,34 +107,51 @@ def batch_norm(
     return ((r - r.mean(dim=1, keepdim=True)) / (scale + eps)).reshape(-1)
 
 
+def cosine_annealed(start: float, end: float | None, step: int, steps: int) -> float:
+    """`start` at step 0 falling to `end` at `steps` along half a cosine, `end` after; `start`
+    throughout when `end` is None or `steps` is 0."""
+    if end is None or steps <= 0:
+        return start
+    progress = min(step, steps) / steps
+    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 @register_advantage("dgro")
 def dgro(
     rewards: torch.Tensor,
     group_size: int,
     beta_reward: float = 1.0,
+    scale: str = "group_std",
     eps: float = 1e-4,
     std: str = "unbiased",
     explore_std: float = 0.0,
     explore_threshold: float = ZERO_VARIANCE_TOL,
-    generator: torch.Generator | None = None,
-    beta_schedule: Callable[[int, float], float] | None = None,
+    beta_reward_end: float | None = None,
+    anneal_steps: int = 0,
     step: int = 0,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """beta_reward * (r - group mean) / (group std + eps).
+    """DGRO's advantage: beta_1 * (r - group mean), divided by (group std + eps) when
+    scale='group_std' (the seeds' variance-aware form; scale='none' is the paper's r - V).
 
-    beta_reward scales the policy-gradient term and is decoupled from the KL coefficient (the
-    loss's `beta`, DGRO's beta_2; DGRO's penalty is the squared log-ratio: kl_estimator='k2').
-    Groups whose std is below `explore_threshold` would contribute nothing; with explore_std > 0
+    beta_reward is DGRO's beta_1 (Su et al. 2025, arXiv 2505.12951): it scales the policy-gradient
+    term apart from the regulariser, whose coefficient beta_2 is the `dgro` loss's
+    `beta_sampling`. With beta_reward_end and anneal_steps, beta_1 follows a cosine from
+    beta_reward at step 0 to beta_reward_end at anneal_steps (the seeds' adaptive schedule).
+    Groups whose std is at most `explore_threshold` would contribute nothing; with explore_std > 0
     they get N(0, explore_std^2) advantages instead, a small push to explore (deterministic
-    given `generator`). `beta_schedule(step, batch_reward_std) -> beta_reward`, if given, adapts
-    beta_reward (the hook for adaptive coefficients).
+    given `generator`).
     """
+    if scale not in ("group_std", "none"):
+        raise UserError(f"dgro's scale must be 'group_std' or 'none', got {scale!r}")
+    if anneal_steps < 0:
+        raise UserError(f"dgro's anneal_steps must be >= 0, got {anneal_steps}")
     r = grouped(rewards, group_size)  # [B, G]
     sd = group_std(r, std)  # [B, 1]
-    if beta_schedule is not None:
-        batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
-        beta_reward = float(beta_schedule(step, batch_std))
-    adv = beta_reward * (r - r.mean(dim=1, keepdim=True)) / (sd + eps)
+    beta_1 = cosine_annealed(beta_reward, beta_reward_end, step, anneal_steps)
+    adv = beta_1 * (r - r.mean(dim=1, keepdim=True))
+    if scale == "group_std":
+        adv = adv / (sd + eps)
     if explore_std > 0:
         flat = sd.squeeze(1) <= explore_threshold  # [B]
         noise = torch.randn(r.shape, generator=generator, dtype=r.dtype, device=r.device) * explore_std

@@ -25,6 +25,11 @@ and differ in how per-token losses are aggregated (aggregate.py) and where the r
     hybrid   alpha * dr_grpo + (1 - alpha) * grpo                      the seeds
     gspo     sequence-level ratio, clipped per sequence, grpo          GSPO (Zheng et al. 2025);
              aggregation; use a small clip_eps (3e-4 / 4e-4)
+
+One loss is not a clipped surrogate:
+
+    dgro     -A log pi_theta(y) + beta_2 (log pi_theta(y) - log pi_old(y))^2 per sequence,
+             mean over sequences (+ beta * the sequence's KL to pi_ref)   DGRO (Su et al. 2025)
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from .kl import KL_ESTIMATORS
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 LOSSES: dict[str, LossFn] = {}
+# The keyword options each built-in loss takes (policy_loss refuses others by name); a loss
+# registered from outside gets whatever it is given.
+LOSS_OPTIONS: dict[str, frozenset[str]] = {}
 # The losses whose value does not depend on which rows share a micro-batch (their aggregation is in
 # SPLIT_FREE): a loss registered from outside is not assumed to be one.
 REGROUPABLE: set[str] = set()
@@ -55,6 +63,7 @@ def regroupable(loss_type: str) -> bool:
 def register_loss(name: str) -> Callable[[LossFn], LossFn]:
     def deco(fn: LossFn) -> LossFn:
         LOSSES[name] = fn
+        LOSS_OPTIONS.pop(name, None)
         REGROUPABLE.discard(name)  # a loss of one's own, even under a built-in name: not assumed
         return fn
 
@@ -174,6 +183,15 @@ def clipped_surrogate_loss(
     return loss, metrics
 
 
+SURROGATE_OPTIONS = frozenset(inspect.signature(clipped_surrogate_loss).parameters) - {
+    "logprobs",
+    "old_logprobs",
+    "ref_logprobs",
+    "advantages",
+    "mask",
+}
+
+
 def _variant(name: str, doc: str, **fixed: Any) -> LossFn:
     def loss(
         logprobs: torch.Tensor,
@@ -190,6 +208,7 @@ def _variant(name: str, doc: str, **fixed: Any) -> LossFn:
     loss.__name__ = f"{name}_loss"
     loss.__doc__ = doc
     register_loss(name)(loss)
+    LOSS_OPTIONS[name] = SURROGATE_OPTIONS - set(fixed)
     if fixed["aggregation"] in SPLIT_FREE:
         REGROUPABLE.add(name)
     return loss
@@ -223,13 +242,98 @@ _variant(
     importance_sampling="sequence",
 )
 
-_SURROGATE_PARAMS = set(inspect.signature(clipped_surrogate_loss).parameters) - {
-    "logprobs",
-    "old_logprobs",
-    "ref_logprobs",
-    "advantages",
-    "mask",
-}
+# What the trainer passes every loss, which a loss without a use for it ignores: the clip range
+# (its own option in a training run) and the batch's counts.
+_GIVEN_TO_EVERY_LOSS = frozenset(
+    {"clip_eps", "clip_eps_high", "max_completion_length", "num_items", "longest_completion"}
+)
+
+
+def decoupled_regularised_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    ref_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    beta_sampling: float = 0.1,
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    num_sequences: int | None = None,
+    logits: torch.Tensor | None = None,
+    **given: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DGRO's loss (Su et al. 2025, arXiv 2505.12951), per completion y of the batch:
+
+        loss(y) = -sum_t A_t log pi_theta(y_t) + beta_2 * (log pi_theta(y) - log pi_old(y))^2
+
+    averaged over the batch's completions (`num_sequences` with micro-batches). The advantage
+    carries DGRO's beta_1 (the `dgro` estimator's beta_reward: beta_1 (r - V)); beta_2
+    (`beta_sampling`) holds the policy near the one that sampled, pi_old, through the squared
+    log-ratio of the whole sequence, as Kimi k1.5's online mirror descent does with one
+    coefficient (tau / 2) where DGRO decouples the two. log pi(y) is the sum of the token
+    log-probs, so the policy term grows with a completion's length (no per-token mean).
+
+    With one update per rollout (mu = 1, old_logprobs None) pi_old is pi_theta itself: the
+    penalty is 0 with a zero gradient, and only the policy term acts; with num_iterations > 1 it
+    holds the later updates to the sampler. `beta` (0 by default here) adds beta * the sequence's
+    KL to the frozen reference, sum_t KL_t, for a run that also wants that leash.
+    """
+    refused = set(given) - _GIVEN_TO_EVERY_LOSS
+    if refused:
+        raise UserError(
+            f"the dgro loss has no clipped ratio: {', '.join(sorted(refused))} do(es) not apply to it "
+            "(it takes beta_sampling, beta and kl_estimator)"
+        )
+    if beta_sampling < 0:
+        raise UserError(f"beta_sampling must be >= 0, got {beta_sampling}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise UserError(
+            f"unknown KL estimator {kl_estimator!r}; choose from: {', '.join(sorted(KL_ESTIMATORS))}"
+        )
+    if beta != 0.0 and ref_logprobs is None:
+        raise ValueError("beta != 0 needs ref_logprobs")
+    mask = mask.to(logprobs.dtype)  # [B*G, T]
+    old = logprobs.detach() if old_logprobs is None else old_logprobs
+    adv = per_token_advantages(advantages, logprobs)  # [B*G, 1] or [B*G, T]
+    policy_term = -(adv * logprobs * mask).sum(-1)  # [B*G]: -A log pi_theta(y) for a [B*G] A
+    log_ratio = ((logprobs - old) * mask).sum(-1)  # [B*G]: log pi_theta(y) - log pi_old(y)
+    per_sequence = policy_term + beta_sampling * log_ratio**2
+    kl = None
+    if beta != 0.0:
+        kl = KL_ESTIMATORS[kl_estimator](logprobs, ref_logprobs)  # [B*G, T]
+        per_sequence = per_sequence + beta * (kl * mask).sum(-1)
+    loss = per_sequence.sum() / (num_sequences or logprobs.shape[0])
+
+    with torch.no_grad():
+        r = torch.exp(logprobs.detach() - old).expand_as(logprobs)
+        valid = mask.bool()
+        metrics = {
+            "clip_frac_low": 0.0,
+            "clip_frac_high": 0.0,
+            "clip_frac": 0.0,
+            "ratio_mean": float(masked_mean(r, mask)),
+            "ratio_min": float(r[valid].min()) if valid.any() else 1.0,
+            "ratio_max": float(r[valid].max()) if valid.any() else 1.0,
+            "kl": float(masked_mean(kl.detach(), mask)) if kl is not None else 0.0,
+            "sequence_log_ratio_sq": float((log_ratio.detach() ** 2).mean()),
+        }
+        if logits is not None:
+            metrics["entropy"] = float(masked_mean(entropy_from_logits(logits.detach()), mask))
+    return loss, metrics
+
+
+register_loss("dgro")(decoupled_regularised_loss)
+LOSS_OPTIONS["dgro"] = frozenset(
+    {"beta_sampling", "beta", "kl_estimator", "num_sequences", "logits"} | _GIVEN_TO_EVERY_LOSS
+)
+REGROUPABLE.add("dgro")  # a sum over sequences divided by the batch's count: split-free
+
+
+def loss_options(loss_type: str) -> frozenset[str] | None:
+    """The keyword options the loss `loss_type` takes (None: a loss registered from outside,
+    which gets whatever it is given)."""
+    return LOSS_OPTIONS.get(loss_type)
 
 
 def policy_loss(
@@ -249,10 +353,12 @@ def policy_loss(
     coefficient 0.04 with the k3 estimator, grpo aggregation."""
     if loss_type not in LOSSES:
         raise UserError(f"unknown loss type {loss_type!r}; choose from: {', '.join(sorted(LOSSES))}")
-    unknown = set(params) - _SURROGATE_PARAMS
+    options = loss_options(loss_type)
+    unknown = set() if options is None else set(params) - options
     if unknown:
         raise UserError(
-            f"policy loss does not take {', '.join(sorted(unknown))}; it takes: {', '.join(sorted(_SURROGATE_PARAMS))}"
+            f"the {loss_type} loss does not take {', '.join(sorted(unknown))}; it takes: "
+            f"{', '.join(sorted(options or ()))}"
         )
     return LOSSES[loss_type](
         logprobs,

@@ -808,6 +808,13 @@ def stall_warning(steps: int, reward_mean: float, fixed_problems: bool = False) 
     )
 
 
+# What optimizer_step returns that step_metrics logs under names of its own, or not at all.
+_UPDATE_KEYS_LOGGED = frozenset(
+    {"loss", "finite", "overflow", "loss_scale", "grad_norm", "entropy", "time_forward_s", "time_backward_s",
+     "kl", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_min", "ratio_max"}
+)  # fmt: skip
+
+
 def step_metrics(
     step: int, scored: Scored, rewards: torch.Tensor, info: Any, update: dict[str, float], refilled: int,
     zero_std_before: float, scheduler: Any, time_update: float, cfg: TrainConfig,
@@ -849,6 +856,8 @@ def step_metrics(
     }
     if "loss_scale" in update:  # fp16 only
         row["loss_scale"] = update["loss_scale"]
+    for name in sorted(set(update) - _UPDATE_KEYS_LOGGED):  # a loss's own metrics (dgro's penalty)
+        row[f"loss/{name}"] = update[name]
     for name in sorted({k for c in scored.components for k in c}):
         row[f"reward/{name}"] = statistics.fmean(c.get(name, 0.0) for c in scored.components)
     for status, count in sorted(statuses.items()):

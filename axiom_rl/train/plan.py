@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..algorithms import ADVANTAGES, LOSSES, Estimator, policy_loss
+from ..algorithms import ADVANTAGES, LOSSES, Estimator, loss_options, policy_loss
 from ..algorithms.kl import KL_ESTIMATORS
 from ..config import TrainConfig, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
@@ -122,10 +122,12 @@ def plan_run(cfg: TrainConfig) -> Plan:
             f"({cfg.max_completion_length})"
         )
     Estimator(cfg.advantage, cfg.advantage_params)  # its parameters checked
-    unknown = set(cfg.loss_params) - set(LOSS_PARAMS)
+    settable = loss_params_of(cfg.loss_type)
+    unknown = set() if settable is None else set(cfg.loss_params) - settable
     if unknown:
         raise UserError(
-            f"loss_params {sorted(unknown)} unknown; the loss takes: {', '.join(sorted(LOSS_PARAMS))} "
+            f"loss_params {sorted(unknown)} unknown; the {cfg.loss_type} loss takes: "
+            f"{', '.join(sorted(settable or ())) or 'none'} "
             "(clip_eps, clip_eps_high, beta and kl_estimator are options of their own)"
         )
     # Their values, on a token: an impossible one is refused here, not after the run has started.
@@ -140,9 +142,19 @@ def plan_run(cfg: TrainConfig) -> Plan:
     return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards), problems)
 
 
-# What `loss_params` may set: the loss's options that have no field of their own (the rest are
-# set by the trainer from the batch: counts, lengths).
-LOSS_PARAMS = ("dual_clip", "kl_bias_correction", "importance_sampling", "hybrid_alpha")
+# The loss's options that `loss_params` may not set: each has a field of its own, or the trainer
+# sets it from the batch (counts, lengths, logits).
+NOT_LOSS_PARAMS = frozenset(
+    {"clip_eps", "clip_eps_high", "beta", "kl_estimator", "max_completion_length", "num_items",
+     "num_sequences", "longest_completion", "logits"}
+)  # fmt: skip
+
+
+def loss_params_of(loss_type: str) -> frozenset[str] | None:
+    """What `loss_params` may set for the loss `loss_type`: its options that have no field of
+    their own (None: a loss registered from outside, whose options are its own business)."""
+    options = loss_options(loss_type)
+    return None if options is None else options - NOT_LOSS_PARAMS
 
 
 def resolve_prompt_style(style: str, model: str, kind: str) -> str:
