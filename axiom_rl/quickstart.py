@@ -92,7 +92,7 @@ def code_fingerprint(package: Path = Path(__file__).parent) -> str:
     the same figures as a fresh clone's."""
     from importlib.metadata import version
 
-    from .models import cpu_matmul
+    from .speed import cpu_matmul
 
     digest = hashlib.sha256()
     for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".cpp", ".h")):

@@ -56,7 +56,7 @@ def main() -> None:
         "--no-record",
         action="store_true",
         help="the rollout without the record of its linear layers' outputs that the trainer keeps for "
-        "its first update (models/replay.py)",
+        "its first update (speed/replay.py)",
     )
     args = ap.parse_args()
     for name in ("repeats", "prompts", "generations", "completion"):

@@ -33,7 +33,7 @@ fast (axiom-rl calls oneDNN there; TRL, through PyTorch, MKL).
 (ABLATIONS below): what each is worth, measured in the same invocation as the rest.
 
 On the CPU, axiom-rl's trainer keeps freed memory mapped (glibc mallopt; see
-axiom_rl/train/host_memory.py); TRL as users run it does not. --trl-same-allocator gives TRL's
+axiom_rl/speed/host_memory.py); TRL as users run it does not. --trl-same-allocator gives TRL's
 process the same settings, to show how much of the difference is that alone.
 """
 
@@ -282,8 +282,8 @@ def kernel_seconds(fn: Callable[[], object], device: str, runs: int) -> float:
 
 def onednn_applies(device: str, dtype: str) -> bool:
     """Whether oneDNN is a second matmul library here: float32 on a CPU whose PyTorch has it
-    (axiom-rl calls it where MKL is the slower one: axiom_rl/models/cpu_matmul.py)."""
-    from axiom_rl.models import cpu_matmul
+    (axiom-rl calls it where MKL is the slower one: axiom_rl/speed/cpu_matmul.py)."""
+    from axiom_rl.speed import cpu_matmul
 
     return device == "cpu" and dtype == "fp32" and cpu_matmul.onednn_available()
 
@@ -295,7 +295,7 @@ def matmul_flops(device: str, dtype: str) -> dict[str, float]:
     import torch
     import torch.nn.functional as F
 
-    from axiom_rl.models import cpu_matmul
+    from axiom_rl.speed import cpu_matmul
 
     dt = getattr(torch, TORCH_DTYPES[dtype])
     size = 1024 if device == "cpu" else 8192
@@ -385,7 +385,7 @@ def matmul_timer(dtype: str, device: str) -> Callable[[int, int, int, str], floa
     import torch
     import torch.nn.functional as F
 
-    from axiom_rl.models import cpu_matmul
+    from axiom_rl.speed import cpu_matmul
 
     dt = getattr(torch, TORCH_DTYPES[dtype])
     onednn = onednn_applies(device, dtype)
@@ -562,7 +562,7 @@ def run_trl(
     from axiom_rl.tasks import generate_problems, get_task
 
     if same_allocator:  # give TRL's process the malloc settings axiom-rl's CPU trainer applies
-        from axiom_rl.train.host_memory import keep_freed_memory
+        from axiom_rl.speed.host_memory import keep_freed_memory
 
         keep_freed_memory()
     problems = generate_problems("countdown", 1, 4096, seed=123)
@@ -708,7 +708,7 @@ def main() -> None:
     ap.add_argument(
         "--trl-same-allocator",
         action="store_true",
-        help="apply axiom-rl's CPU malloc settings (axiom_rl/train/host_memory.py) to TRL's process too",
+        help="apply axiom-rl's CPU malloc settings (axiom_rl/speed/host_memory.py) to TRL's process too",
     )
     ap.add_argument(
         "--ablations",
@@ -759,7 +759,7 @@ def main() -> None:
     )
     print(f"TRL runs with {allocator}")
     if args.device == "cpu":  # built here, once, not inside a timed side's first steps
-        from axiom_rl.rollout import native
+        from axiom_rl.speed import native
 
         print(f"axiom-rl's C++ decode step: {'built' if native.op() else 'not available (Python step)'}")
     print()

@@ -105,9 +105,9 @@ def run_in_background(args: list[str], run: Path, steps: int = 2) -> subprocess.
 
 @pytest.fixture(params=["default", "onednn"])
 def matmul_backend(request, monkeypatch):
-    """Run a test with each CPU matmul library for float32 linear layers (models/cpu_matmul.py);
+    """Run a test with each CPU matmul library for float32 linear layers (speed/cpu_matmul.py);
     oneDNN is skipped where this PyTorch build lacks it."""
-    from axiom_rl.models import cpu_matmul
+    from axiom_rl.speed import cpu_matmul
 
     if request.param == "onednn" and not cpu_matmul.onednn_available():
         pytest.skip("this PyTorch build has no oneDNN")

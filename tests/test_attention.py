@@ -1,4 +1,4 @@
-"""The training passes' attention kernel (models/attention.cpp, through models/attention.py): its
+"""The training passes' attention kernel (speed/attention.cpp, through speed/attention.py): its
 outputs and gradients against a float64 reference for every mask the trainer's passes make, its
 agreement with SDPA through a real model, its determinism, and the calls it leaves to SDPA."""
 
@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from conftest import logits_and_grads, under_avx2
 
-from axiom_rl.models import attention
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.rollout import native
+from axiom_rl.speed import attention, native
 
 needs_kernel = pytest.mark.skipif(
     not attention.has_kernel(64), reason="no attention kernel here (no AVX2 or AVX-512, or no C++ library)"
@@ -191,8 +190,8 @@ def test_calls_the_kernel_cannot_take_go_to_sdpa_unchanged():
         want = sdpa_attention_forward(layer, *args, **kwargs)[0]
         assert torch.equal(got, want)
     # A model loaded with the kernel off (Speed.attention_kernel) keeps SDPA; on, it is switched.
-    from axiom_rl.models.load import install_speed_ups
     from axiom_rl.speed import Speed
+    from axiom_rl.speed.install import install_speed_ups
 
     for on in (False, True):
         model, _ = build_tiny_model("nano")

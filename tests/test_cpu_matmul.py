@@ -1,4 +1,4 @@
-"""float32 linear layers through oneDNN (models/cpu_matmul.py): the same values and gradients as
+"""float32 linear layers through oneDNN (speed/cpu_matmul.py): the same values and gradients as
 F.linear up to float32 rounding, checked against float64; the choice of library; the decode loop
 and a training model routed through it."""
 
@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from axiom_rl.errors import UserError
-from axiom_rl.models import cpu_matmul
 from axiom_rl.models.tiny import build_tiny_model
 from axiom_rl.rollout.fast import teacher_forced_logits
+from axiom_rl.speed import cpu_matmul
 
 
 def _relative_error(value: torch.Tensor, exact: torch.Tensor) -> float:

@@ -257,7 +257,7 @@ def test_a_decode_step_that_does_not_compile_runs_plain_and_says_so(monkeypatch)
     def broken(*args, **kwargs):
         raise RuntimeError("no compiler here\nmore detail")
 
-    monkeypatch.setattr(fast, "_compiled_ops", lambda: fast._LayerOps(qkv=broken))
+    monkeypatch.setattr(fast, "_compiled_ops", lambda: fast.LayerOps(qkv=broken))
     model, tok = build_tiny_model("nano", seed=5)
     model = model.cuda()
     backend = FastBackend()
@@ -285,7 +285,8 @@ import torch
 import torch._inductor.config
 import torch.nn.functional as F
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.rollout import fast, native
+from axiom_rl.rollout import fast, step
+from axiom_rl.speed import native
 # torch.compile builds C++ for a CPU (a GPU's step compiles Triton kernels instead) and, as its
 # extensions, leaves its library path unquoted: where torch lies under a path with a space, the
 # link is made in this process against a link without spaces (native.torch_lib_without_spaces).
@@ -293,7 +294,7 @@ torch._inductor.config.compile_threads = 1
 stack = contextlib.ExitStack()
 stack.enter_context(native.torch_lib_without_spaces(Path(stack.enter_context(tempfile.TemporaryDirectory()))))
 model, _ = build_tiny_model("nano", seed=7)
-w = fast._Weights(model, packing=(F.linear, lambda *parts: torch.cat(parts)))  # F.linear, as on a GPU
+w = step.Weights(model, packing=(F.linear, lambda *parts: torch.cat(parts)))  # F.linear, as on a GPU
 ids = torch.randint(3, 200, (3, 9), generator=torch.Generator().manual_seed(0))
 positions = torch.arange(9).repeat(3, 1)
 cos, sin = w.rope(16, ids.device, torch.float32)
@@ -302,14 +303,14 @@ causal = torch.ones((9, 9), dtype=torch.bool).tril().view(1, 1, 9, 9).expand(3, 
 bias = torch.zeros((3, 1, 1, 10))
 got = []
 torch.inference_mode().__enter__()  # as FastBackend.generate
-for ops in (fast._LayerOps(), fast._compiled_ops()):
+for ops in (step.LayerOps(), fast._compiled_ops()):
     cache_k, cache_v = torch.zeros(shape), torch.zeros(shape)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # as a test's filter: the first compile must not fail on torch's own warnings
         with fast.compiler_warnings_quiet():
-            prefill = fast._forward(w, ids, positions, cache_k, cache_v, 0, causal, cos, sin, True, ops)
-            step = fast._forward(w, ids[:, :1], positions[:, -1:] + 1, cache_k, cache_v, 9, bias, cos, sin, ops=ops)
-    got.append((prefill, step, cache_k))
+            prefill = step.forward(w, ids, positions, cache_k, cache_v, 0, causal, cos, sin, True, ops)
+            decoded = step.forward(w, ids[:, :1], positions[:, -1:] + 1, cache_k, cache_v, 9, bias, cos, sin, ops=ops)
+    got.append((prefill, decoded, cache_k))
 print(json.dumps([float((c - p).abs().max() / p.abs().max()) for p, c in zip(*got)]))
 """
 

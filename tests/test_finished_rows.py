@@ -17,9 +17,8 @@ from test_native_decode import (  # noqa: F401 (a fixture)
 from test_replay import PROMPTS, pass_with
 
 from axiom_rl.models.load import load_policy
-from axiom_rl.rollout import native
 from axiom_rl.rollout.fast import FastBackend, _Decoding
-from axiom_rl.speed import Speed
+from axiom_rl.speed import Speed, native
 from axiom_rl.train.batch import build_batch
 
 # Rows end where they sample any of these characters: a random model's completions then end at

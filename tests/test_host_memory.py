@@ -13,7 +13,7 @@ PROBE = """
 import resource, sys
 import torch
 if sys.argv[1] == "keep":
-    from axiom_rl.train.host_memory import keep_freed_memory
+    from axiom_rl.speed.host_memory import keep_freed_memory
     assert keep_freed_memory()
 def step():
     x = torch.ones(16 << 20)

@@ -172,8 +172,8 @@ def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family, matmul_backe
     With either matmul library: the lean MLP calls the one the linear layers call."""
     import copy
 
-    from axiom_rl.models.activation_memory import lean_mlp_activations
-    from axiom_rl.models.cpu_matmul import route_linear_layers
+    from axiom_rl.speed.activation_memory import lean_mlp_activations
+    from axiom_rl.speed.cpu_matmul import route_linear_layers
 
     torch.manual_seed(0)
     model = build_tiny_model("micro", seed=3)[0] if family.startswith("qwen2") else _tiny_decoder(family)
@@ -197,7 +197,7 @@ def test_lean_mlp_keeps_fewer_tensors_and_changes_no_number(family, matmul_backe
 def test_lean_mlp_leaves_other_architectures_and_replaced_forwards_alone():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from axiom_rl.models.activation_memory import lean_mlp_activations
+    from axiom_rl.speed.activation_memory import lean_mlp_activations
 
     assert (
         lean_mlp_activations(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))) == 0
@@ -212,8 +212,8 @@ def test_lean_mlp_under_gradient_checkpointing_gives_the_same_gradients(matmul_b
 
     import torch
 
-    from axiom_rl.models.activation_memory import lean_mlp_activations
-    from axiom_rl.models.cpu_matmul import route_linear_layers
+    from axiom_rl.speed.activation_memory import lean_mlp_activations
+    from axiom_rl.speed.cpu_matmul import route_linear_layers
 
     model = build_tiny_model("micro", seed=4)[0].train()
     route_linear_layers(model)

@@ -1,4 +1,4 @@
-"""The C++ decode step (rollout/native.py, decode_step.cpp) computes the Python step's logits:
+"""The C++ decode step (speed/native.py, decode_step.cpp) computes the Python step's logits:
 bit for bit with ATen's calls, to float32 rounding with its own kernels, with each
 library for the linear layers (its own kernel, oneDNN, PyTorch's); a rollout samples the same
 tokens with either step; its linear kernel agrees with F.linear, with the same bits on AVX2 and
@@ -19,10 +19,10 @@ import torch
 from test_fast_rollout import TEXTS, model64, other_architecture
 
 from axiom_rl.errors import UserError
-from axiom_rl.models import cpu_matmul, replay
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.rollout import fast, native
-from axiom_rl.speed import Speed
+from axiom_rl.rollout import fast
+from axiom_rl.rollout import step as python_step
+from axiom_rl.speed import Speed, cpu_matmul, native, replay
 
 needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "c++")) is None,
@@ -84,7 +84,7 @@ def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, ow
     """With ATen's calls, the same bits; with the step's own kernels, the same to float32 rounding."""
     model, _ = float32_model(arch, seed=1)
     with torch.inference_mode():
-        w = fast._Weights(model, speed=speed_of(linear_library, own_kernels))
+        w = fast.weights_for(model, speed_of(linear_library, own_kernels))
         assert w.linear is LINEAR_OF[linear_library]
         step = native.step_for(w, own_kernels)
         assert step is not None
@@ -103,7 +103,7 @@ def test_the_cpp_step_computes_the_python_step_s_logits(arch, linear_library, ow
         same = torch.equal if not own_kernels else lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6)
         for slot in range(prompt, total):
             mask = allowed[:, : slot + 1].view(n, 1, 1, slot + 1)
-            expected = fast._forward(w, tokens, positions, python_k, python_v, slot, mask, cos, sin)
+            expected = python_step.forward(w, tokens, positions, python_k, python_v, slot, mask, cos, sin)
             got = step(tokens, positions, native_k, native_v, slot, mask, cos, sin)
             assert same(got, expected), f"slot {slot}: {(got - expected).abs().max().item():.3g}"
             assert same(native_k, python_k) and same(native_v, python_v)
@@ -127,7 +127,7 @@ def test_the_step_s_own_kernels_refuse_a_token_or_position_out_of_range():
     """They index the embedding and the rotary tables themselves (no ATen call checks it for them)."""
     model, _ = float32_model("qwen2", seed=1)
     with torch.inference_mode():
-        w = fast._Weights(model)
+        w = fast.weights_for(model)
         step = native._bind(native.op(), w, own_kernels=True)
         ids, positions, *rest = one_step_inputs(w)
         with pytest.raises(RuntimeError, match=f"token id {w.embed.shape[0]} out of range"):
@@ -145,7 +145,7 @@ def test_rows_of_one_prompt_read_its_slots_from_the_first_row_with_the_same_bits
     no other (ATen's calls read each row's own copy, which then differ)."""
     model, _ = float32_model("qwen2", seed=1)
     with torch.inference_mode():
-        w = fast._Weights(model)
+        w = fast.weights_for(model)
         step = native._bind(native.op(), w, own_kernels=own_kernels)
         g, prompts, prompt_slots, slot = 3, 2, 4, 6
         ids, positions, cache_k, cache_v, _, mask, cos, sin = one_step_inputs(w, n=g * prompts, slot=slot)
@@ -191,7 +191,7 @@ def test_the_step_splits_its_rows_between_the_threads_with_the_same_bits(n, rows
     results = []
     try:
         with torch.inference_mode():
-            w = fast._Weights(model)
+            w = fast.weights_for(model)
             ids, positions, cache_k, cache_v, slot, mask, cos, sin = one_step_inputs(w, n=n)
             mask[1, ..., :2] = float("-inf")  # left padding in one row
             positions = (positions - torch.arange(n).view(n, 1)).clamp(min=0)  # rows of other lengths
@@ -225,11 +225,11 @@ def test_a_head_size_without_kernels_decodes_with_aten_s_calls_bit_for_bit():
     """Head size 24: the step falls back to the Python step's ATen calls, own kernels or not."""
     model, _ = other_architecture("llama", seed=2, hidden_size=96)
     with torch.inference_mode():
-        w = fast._Weights(model.float())
+        w = fast.weights_for(model.float())
         assert w.head_dim == 24
         ids, positions, cache_k, cache_v, slot, mask, cos, sin = one_step_inputs(w)
         python_k, python_v = cache_k.clone(), cache_v.clone()
-        expected = fast._forward(w, ids, positions, python_k, python_v, slot, mask, cos, sin)
+        expected = python_step.forward(w, ids, positions, python_k, python_v, slot, mask, cos, sin)
         got = native._bind(native.op(), w, own_kernels=True)(
             ids, positions, cache_k, cache_v, slot, mask, cos, sin
         )
@@ -238,7 +238,7 @@ def test_a_head_size_without_kernels_decodes_with_aten_s_calls_bit_for_bit():
 
 
 def matmul_attention(q, keys, values, mask, scale):
-    """fast._attend's grouped matmuls, at [N, kvh, G, hd] queries."""
+    """python_step._attend's grouped matmuls, at [N, kvh, G, hd] queries."""
     scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(scale).add_(mask)
     return torch.matmul(scores.softmax(-1), values)
 
@@ -451,8 +451,8 @@ def test_the_rollout_takes_the_linear_kernel_whichever_library_trains(training_l
         model, _ = float32_model("qwen2", seed=2)
         with torch.inference_mode():
             if panel_kernel():
-                assert fast._Weights(model).linear is native.linear_panels
-            w = fast._Weights(model, speed=Speed(decode_linear_kernel=False))
+                assert fast.weights_for(model).linear is native.linear_panels
+            w = fast.weights_for(model, Speed(decode_linear_kernel=False))
         assert w.linear is LINEAR_OF[training_library]
         if training_library == "default":  # the plain weights, not a packed copy
             assert w.lm_head.data_ptr() == model.lm_head.weight.data_ptr()
@@ -516,10 +516,10 @@ def test_sampling_in_cpp_draws_the_python_loop_s_tokens(temperature, top_p):
 def test_models_it_does_not_compute_keep_the_python_step():
     """float64 (the tests' exactness checks) and Qwen3's per-head norms stay in Python."""
     model, _ = model64(seed=0)  # float64
-    assert not native.applies(fast._Weights(model))
+    assert not native.applies(fast.weights_for(model))
     qwen3, _ = other_architecture("qwen3", 0, head_dim=32)
-    assert not native.applies(fast._Weights(qwen3.float()))
-    assert native.applies(fast._Weights(model.float()))
+    assert not native.applies(fast.weights_for(qwen3.float()))
+    assert native.applies(fast.weights_for(model.float()))
 
 
 def test_a_bad_setting_is_a_clear_error(monkeypatch):

@@ -1,4 +1,4 @@
-"""The rollout's recorded linear outputs (models/replay.py): the C++ decode step records what each
+"""The rollout's recorded linear outputs (speed/replay.py): the C++ decode step records what each
 linear layer of the training model computes for the fed-back tokens; the first training pass that
 replays them gives the plain pass's log-probs and gradients to float32 rounding; a record that does
 not fit a batch is not replayed; the trainer records and replays in its first update only."""
@@ -16,11 +16,9 @@ from test_native_decode import (  # noqa: F401 (a fixture)
 )
 
 from axiom_rl.config import TrainConfig
-from axiom_rl.models import replay
 from axiom_rl.models.load import load_policy
-from axiom_rl.rollout import native
 from axiom_rl.rollout.fast import FastBackend
-from axiom_rl.speed import Speed
+from axiom_rl.speed import Speed, native, replay
 from axiom_rl.train import grpo
 from axiom_rl.train.batch import build_batch, completion_logprobs
 

@@ -1,4 +1,4 @@
-"""The training passes' RMSNorm kernel (models/rms_norm.cpp, through models/rms_norm.py): its
+"""The training passes' RMSNorm kernel (speed/rms_norm.cpp, through speed/rms_norm.py): its
 values and gradients against a float64 reference, its determinism, the calls it leaves to ATen,
 and the norms of a real model switched to it."""
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import logits_and_grads, under_avx2
 
-from axiom_rl.models import rms_norm
 from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.speed import rms_norm
 
 needs_kernel = pytest.mark.skipif(
     not rms_norm._available(), reason="no RMSNorm kernel here (no AVX2 or AVX-512, or no C++ library)"

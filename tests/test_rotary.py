@@ -1,4 +1,4 @@
-"""The training passes' rotary embedding kernel (models/rotary.cpp, through models/rotary.py): the
+"""The training passes' rotary embedding kernel (speed/rotary.cpp, through speed/rotary.py): the
 same bits as transformers' apply_rotary_pos_emb and autograd's backward, at the layouts the
 attention classes pass, through a real model, and only where it is switched on."""
 
@@ -9,9 +9,8 @@ import torch
 import transformers.models.qwen2.modeling_qwen2 as modeling_qwen2
 from conftest import logits_and_grads
 
-from axiom_rl.models import rotary
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.rollout import native
+from axiom_rl.speed import native, rotary
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason="no C++ library here")
 ORIGINAL = modeling_qwen2.apply_rotary_pos_emb

@@ -1,4 +1,4 @@
-"""The fused SiLU kernels (models/silu_mul.cpp, used by models/activation_memory.py) compute ATen's
+"""The fused SiLU kernels (speed/silu_mul.cpp, used by speed/activation_memory.py) compute ATen's
 bits: forward and backward, inside ATen's grain and split over threads, with vector tails, for
 ATen's AVX-512 and AVX2 kernels; a real model trains to the same numbers with them and without."""
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from axiom_rl.models import activation_memory
 from axiom_rl.models.tiny import build_tiny_model
+from axiom_rl.speed import activation_memory
 
 needs_kernels = pytest.mark.skipif(
     not activation_memory._fused_available(),
@@ -78,7 +78,7 @@ def test_atens_avx2_kernels_are_followed_too():
     check on loading passes for the AVX2 kernels, and the decode step's rows get those bits too."""
     script = (
         "import torch, warnings; warnings.simplefilter('error')\n"
-        "from axiom_rl.models import activation_memory as am\n"
+        "from axiom_rl.speed import activation_memory as am\n"
         "assert torch.backends.cpu.get_cpu_capability() == 'AVX2'\n"
         "assert am._fused_available()\n"
         "x = torch.randn(49, 2 * 688) * 20\n"
@@ -112,7 +112,7 @@ def test_a_model_trains_to_the_same_numbers_with_the_fused_kernels_and_without()
     """A forward and backward of the lean MLP at a size that ATen splits over threads (4 x 150 tokens x
     the micro model's intermediate size), with the kernels and with ATen's calls: the same logits and
     gradients, bit for bit."""
-    from axiom_rl.models.cpu_matmul import route_linear_layers
+    from axiom_rl.speed.cpu_matmul import route_linear_layers
 
     model = build_tiny_model("micro", seed=5)[0].train()
     route_linear_layers(model)

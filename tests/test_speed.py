@@ -130,3 +130,18 @@ def test_no_module_level_switch_changes_numerics():
             if re.match(r"\s*global ", line) or re.match(r"[A-Z_]+(: [\w |]+)? = (True|False|None)\b", line):
                 found.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
     assert not found, found
+
+
+def test_the_speed_machinery_sits_apart_and_imports_no_rollout_backend():
+    """axiom_rl/speed holds the kernels, replay, matmul routing, memory settings and the C++ step;
+    of the rollout it reads only the plain token step (rollout/step.py), which imports nothing of
+    axiom-rl: the rollout backend imports the speed package, never the other way round."""
+    imports = re.compile(r"^\s*from (\.\.?[\w.]*|axiom_rl[\w.]*) import ([\w, ]+)", re.M)
+    for path in (PACKAGE / "speed").glob("*.py"):
+        for source, names in imports.findall(path.read_text()):
+            if "rollout" in source:
+                assert source.endswith("rollout.step") or names.strip() == "step", (path.name, source, names)
+    step = (PACKAGE / "rollout" / "step.py").read_text()
+    assert not re.search(r"^\s*from \.", step, re.M) and "axiom_rl" not in step
+    models = {p.name for p in (PACKAGE / "models").glob("*.py")}
+    assert models == {"__init__.py", "load.py", "tiny.py"}

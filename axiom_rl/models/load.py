@@ -22,9 +22,8 @@ from urllib.parse import urlsplit
 import torch
 
 from ..errors import UserError
-from ..speed import Speed
-from . import attention, cpu_matmul, rms_norm, rotary
-from .activation_memory import lean_mlp_activations
+from ..speed import Speed, cpu_matmul
+from ..speed.install import install_speed_ups
 from .tiny import TINY_SIZES, build_tiny_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -48,7 +47,7 @@ def resolve_device(device: str) -> torch.device:
 def check_load_options(dtype: str, finetune: str = "auto") -> None:
     """The loading options that are names, checked before anything is written or loaded (the
     CPU matmul library and the decode step named in the environment among them)."""
-    from ..rollout import native
+    from ..speed import native
 
     cpu_matmul.backend()
     native.choice()
@@ -404,20 +403,3 @@ def load_policy(
             install_speed_ups(network, speed, dev, frozen=network is reference)
     net.to(dev)
     return Policy(net, tok, dev, torch_dtype, use_lora, reference)
-
-
-def install_speed_ups(network: Any, speed: Speed, device: torch.device, frozen: bool = False) -> None:
-    """The training passes' speed-ups that `speed` turns on, in `network` (each leaves a model it
-    does not apply to as it is). `frozen`: the reference, whose weights never change."""
-    if speed.lean_mlp:  # the same numbers; one activation fewer per MLP layer at training's peak
-        lean_mlp_activations(network, fused=speed.fused_silu)
-    if speed.rms_norm_kernel:
-        rms_norm.fuse_rms_norms(network)  # one pass each way on a float32 CPU (rms_norm.py)
-    if speed.rotary_kernel:
-        rotary.fuse_rotary(network)  # RoPE likewise, the same bits (rotary.py)
-    if speed.onednn_linear:
-        if frozen and speed.pack_reference:  # its weights laid out for oneDNN once, not every call
-            cpu_matmul.pack_frozen_linear_layers(network)
-        cpu_matmul.route_linear_layers(network)  # oneDNN's matmuls on CPUs where MKL is slow
-    if speed.attention_kernel and device.type == "cpu":
-        attention.use_for(network)  # the training passes' attention kernel (attention.py)

@@ -27,7 +27,7 @@ class Rollout:
     finished: list[bool]  # [B*G] ended by EOS or a stop string (not by the length limit)
     truncated_prompts: int = 0  # prompts (of B) longer than max_prompt_length, cut on the left
     # What the policy's linear layers computed for the fed-back tokens, where the backend was asked
-    # to record them (models/replay.LinearOutputs); the trainer's first pass replays them.
+    # to record them (speed/replay.LinearOutputs); the trainer's first pass replays them.
     linear_outputs: Any = None
 
 

@@ -16,7 +16,7 @@ CPU. This loop runs the same arithmetic with nothing else:
   so an adapted model decodes as fast as a plain one;
 - in float32 on a CPU the weights are packed once per rollout: for the C++ step's own linear
   kernel, which both steps and the prefill call (native.py), or where it does not run, for oneDNN
-  on CPUs where oneDNN's matmuls beat MKL's (models/cpu_matmul.py);
+  on CPUs where oneDNN's matmuls beat MKL's (speed/cpu_matmul.py);
 - in float32 on a CPU the decode step runs as one C++ call (decode_step.cpp, built once by
   native.py): attention and the element-wise work between the linear layers in loops of its
   own, without the interpreter's or ATen's cost around each of some 30 calls a layer, so the
@@ -41,21 +41,15 @@ import contextlib
 import functools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import torch
-import torch.nn.functional as F
 
-from ..models import cpu_matmul, replay
-from ..speed import Speed
-from . import OnFinished, Rollout, decode_completion, encode_prompts, native, trim_completion
+from ..speed import Speed, cpu_matmul, native, replay
+from . import OnFinished, Rollout, decode_completion, encode_prompts, trim_completion
+from .step import LayerOps, Weights, base_model, forward
 
 T = TypeVar("T")
-
-
-def _base_model(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 # Causal LMs whose decoder computes what Qwen2's does, given the configuration checks in supports():
@@ -67,7 +61,7 @@ ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "Mi
 
 
 def supports(model: Any) -> bool:
-    base = _base_model(model)
+    base = base_model(model)
     if type(base).__name__ not in ARCHITECTURES:
         return False
     cfg = base.config
@@ -87,243 +81,18 @@ def supports(model: Any) -> bool:
     )
 
 
-def _effective(linear: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(weight, bias) of a Linear, with any active LoRA adapters folded into the weight."""
-    if hasattr(linear, "base_layer"):  # a peft LoRA layer
-        weight = linear.base_layer.weight
-        bias = linear.base_layer.bias
-        if not getattr(linear, "disable_adapters", False) and not getattr(linear, "merged", False):
-            for name in linear.active_adapters:
-                if name in linear.lora_A:
-                    a = linear.lora_A[name].weight
-                    b = linear.lora_B[name].weight
-                    # weight + (b @ a) * scaling, in the product's own buffer: the same bits
-                    # without the two temporaries of the weight's size
-                    delta = (b @ a).to(weight.dtype)
-                    weight = delta.mul_(linear.scaling[name]).add_(weight)
-        return weight, bias
-    return linear.weight, linear.bias
-
-
-@dataclass
-class _Layer:
-    ln1: torch.Tensor
-    wqkv: torch.Tensor  # [(h + 2 kvh) * hd, d]
-    bqkv: torch.Tensor | None
-    wo: torch.Tensor
-    ln2: torch.Tensor
-    wgu: torch.Tensor  # [2 * inter, d]
-    wdown: torch.Tensor
-    q_norm: torch.Tensor | None = None  # Qwen3: RMSNorm of each head's query and key, before rotary
-    k_norm: torch.Tensor | None = None
-
-
-class _Weights:
-    """The policy's current weights, in the layout the loop uses (built once per rollout)."""
-
-    def __init__(
-        self, model: Any, packing: native.PackedLinear | None = None, speed: Speed | None = None
-    ) -> None:
-        """`packing`: (linear, pack) for float32 linear layers on a CPU; by default
-        native.rollout_linear()'s choice under `speed` (its decode_linear_kernel, onednn_linear)."""
-        speed = speed or Speed()
-        base = _base_model(model)
-        cfg = base.config
-        self.heads = cfg.num_attention_heads
-        self.kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.eps = cfg.rms_norm_eps
-        self.theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}).get(
-            "rope_theta", 10000.0
-        )
-        inner = base.model
-        self.embed = inner.embed_tokens.weight
-        self.norm = inner.norm.weight
-        # float32 weights on a CPU are laid out once per rollout, not on every call: for the C++
-        # step's own kernel where it runs, else for oneDNN where oneDNN runs the model's matmuls.
-        # `stack(*parts)` makes each weight the loop multiplies by, the fused q/k/v and gate/up from
-        # their parts: a packing stacks them as it lays them out, without a torch.cat copy first.
-        self.linear: Callable[..., torch.Tensor] = F.linear
-        stack: Callable[..., torch.Tensor] = native.stacked
-        if self.embed.device.type == "cpu" and self.embed.dtype == torch.float32:
-            onednn = speed.onednn_linear and cpu_matmul.applies(self.embed)
-            chosen = packing or native.rollout_linear(onednn, kernel=speed.decode_linear_kernel)
-            if chosen is not None:
-                self.linear, stack = chosen
-        lm_head = _effective(base.lm_head)[0]
-        self.vocab, self.intermediate = lm_head.shape[0], cfg.intermediate_size
-        self.lm_head = stack(lm_head)
-        self.layers = []
-        for layer in inner.layers:
-            att, mlp = layer.self_attn, layer.mlp
-            (wq, bq), (wk, bk), (wv, bv) = (
-                _effective(att.q_proj),
-                _effective(att.k_proj),
-                _effective(att.v_proj),
-            )
-            bqkv = torch.cat([bq, bk, bv]) if bq is not None else None
-            wg, wu = _effective(mlp.gate_proj)[0], _effective(mlp.up_proj)[0]
-            self.layers.append(
-                _Layer(
-                    layer.input_layernorm.weight,
-                    stack(wq, wk, wv),
-                    bqkv,
-                    stack(_effective(att.o_proj)[0]),
-                    layer.post_attention_layernorm.weight,
-                    stack(wg, wu),
-                    stack(_effective(mlp.down_proj)[0]),
-                    att.q_norm.weight if hasattr(att, "q_norm") else None,
-                    att.k_norm.weight if hasattr(att, "k_norm") else None,
-                )
-            )
-
-    def rope(
-        self, length: int, device: torch.device, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin tables [length, head_dim] for _rotate; sin's first half negated, where
-        rotate_half's minus sign goes (x2 * -s is -x2 * s exactly, so nothing else changes)."""
-        inv = 1.0 / (
-            self.theta
-            ** (torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float32) / self.head_dim)
-        )
-        freqs = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        sin = emb.sin()
-        sin[:, : self.head_dim // 2].neg_()
-        return emb.cos().to(dtype), sin.to(dtype)
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), w, eps)  # one fused op
-    if x.dtype in (torch.bfloat16, torch.float16):
-        # Normalise in float32, round, then scale, as transformers does (one fused op for the first).
-        return F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype) * w
-    var = x.float().pow(2).mean(-1, keepdim=True)  # transformers normalises even float64 in float32
-    return (x.float() * torch.rsqrt(var + eps)).to(x.dtype) * w
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """transformers' x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], as one roll
-    ([x2, x1]) and a sin table whose first half is negated (_Weights.rope): fewer ops per layer."""
-    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
-
-
-def _store(cache: torch.Tensor, start: int | torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-    """Write new keys or values [N, kvh, S, hd] into one layer's cache [N, kvh, T, hd] from slot
-    `start`; return what attention reads: the slots filled so far.
-
-    A slot held in a device tensor is the static form a captured CUDA graph needs (the same
-    kernels with the same shapes every step): it writes there and returns the whole cache, whose
-    unwritten slots are zero and hidden by the mask.
-    """
-    if isinstance(start, torch.Tensor):
-        return cache.index_copy_(2, start, new)
-    end = start + new.shape[2]
-    cache[:, :, start:end] = new
-    return cache[:, :, :end]
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Attention of q [N, h, S, hd] over k, v [N, kvh, T, hd].
-
-    `mask` is either boolean [N, 1, S, T] (prefill: SDPA) or, when decoding one token, an additive
-    float bias [N, 1, 1, T] (0 or -inf). One query token is a matrix-vector product per row, where
-    two grouped matmuls beat SDPA's general kernel with its mask and GQA expansion (on 2 CPU cores,
-    518 vs 669 us per layer at 64 rows x 270 positions).
-    """
-    n, h, _, hd = q.shape
-    kvh = k.shape[1]
-    if mask.dtype == torch.bool:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=h != kvh)
-    q = q.reshape(n, kvh, h // kvh, hd)  # the query heads that share each K/V head, side by side
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(hd**-0.5).add_(mask)  # [N, kvh, h/kvh, T]
-    weights = scores.softmax(-1) if q.dtype == torch.float32 else scores.float().softmax(-1).to(q.dtype)
-    return torch.matmul(weights, v).view(n, h, 1, hd)
-
-
-def _qkv(
-    linear: Callable[..., torch.Tensor],
-    x: torch.Tensor,  # [N, S, d]
-    layer: tuple[torch.Tensor | None, ...],  # ln1, wqkv, bqkv, q_norm, k_norm
-    c: torch.Tensor,  # [N, 1, S, hd] rotary tables at the tokens' positions
-    si: torch.Tensor,
-    heads: int,
-    kv_heads: int,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One layer's rotated queries [N, h, S, hd] and keys [N, kvh, S, hd], and its values
-    [N, kvh, S, hd]: everything before the cache and attention."""
-    ln1, wqkv, bqkv, q_norm, k_norm = layer
-    n, s, _ = x.shape
-    hd = c.shape[-1]
-    qkv = linear(_rms(x, ln1, eps), wqkv, bqkv)  # [N, S, (h + 2 kvh) hd]
-    qk, v = qkv.split([(heads + kv_heads) * hd, kv_heads * hd], dim=-1)
-    qk = qk.view(n, s, heads + kv_heads, hd)
-    if q_norm is not None:
-        qk = torch.cat([_rms(qk[:, :, :heads], q_norm, eps), _rms(qk[:, :, heads:], k_norm, eps)], 2)
-    qk = _rotate(qk.transpose(1, 2), c, si)  # q and k rotated together
-    return qk[:, :heads], qk[:, heads:], v.view(n, s, kv_heads, hd).transpose(1, 2)
-
-
-def _attention_out_and_mlp(
-    linear: Callable[..., torch.Tensor],
-    x: torch.Tensor,  # [N, S, d] the layer's input
-    att: torch.Tensor,  # [N, h, S, hd] attention's output
-    layer: tuple[torch.Tensor, ...],  # wo, ln2, wgu, wdown
-    eps: float,
-) -> torch.Tensor:
-    """The layer's output: the residual stream after the attention's projection and the MLP."""
-    wo, ln2, wgu, wdown = layer
-    n, s = x.shape[:2]
-    x = x + linear(att.transpose(1, 2).reshape(n, s, -1), wo)
-    gate, up = linear(_rms(x, ln2, eps), wgu).chunk(2, dim=-1)
-    return x + linear(F.silu(gate) * up, wdown)
-
-
-def _logits(
-    linear: Callable[..., torch.Tensor],
-    x: torch.Tensor,
-    norm: torch.Tensor,
-    lm_head: torch.Tensor,
-    eps: float,
-) -> torch.Tensor:
-    return linear(_rms(x, norm, eps), lm_head)
-
-
-class _LayerOps(NamedTuple):
-    """The pieces of a forward pass between its cache writes: plain functions, or (on a GPU's
-    static decode step) the same functions compiled (see _compiled_ops)."""
-
-    qkv: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = _qkv
-    attend: Callable[..., torch.Tensor] = _attend
-    out_and_mlp: Callable[..., torch.Tensor] = _attention_out_and_mlp
-    logits: Callable[..., torch.Tensor] = _logits
-
-
-def _forward(
-    w: _Weights,
-    ids: torch.Tensor,  # [N, S] new tokens
-    positions: torch.Tensor,  # [N, S] rotary positions
-    cache_k: torch.Tensor,  # [L, N, kvh, T, hd]
-    cache_v: torch.Tensor,
-    start: int | torch.Tensor,  # cache slot of ids[:, 0] (see _store)
-    mask: torch.Tensor,  # see _attend: bool [N, 1, S, start + S], or a float bias when S == 1
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    every_position: bool = False,
-    ops: _LayerOps = _LayerOps(),
-) -> torch.Tensor:
-    """Logits of the last position [N, V] (every position [N, S, V] if asked); writes K/V of the
-    new tokens into the cache."""
-    x = F.embedding(ids, w.embed)  # [N, S, d]
-    c, si = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)  # [N, 1, S, hd]
-    for i, layer in enumerate(w.layers):
-        before = (layer.ln1, layer.wqkv, layer.bqkv, layer.q_norm, layer.k_norm)
-        q, k, v = ops.qkv(w.linear, x, before, c, si, w.heads, w.kv_heads, w.eps)
-        att = ops.attend(q, _store(cache_k[i], start, k), _store(cache_v[i], start, v), mask)
-        x = ops.out_and_mlp(w.linear, x, att, (layer.wo, layer.ln2, layer.wgu, layer.wdown), w.eps)
-    return ops.logits(w.linear, x if every_position else x[:, -1], w.norm, w.lm_head, w.eps)
+def weights_for(model: Any, speed: Speed | None = None) -> Weights:
+    """The policy's current weights for a rollout. Float32 weights on a CPU are laid out once per
+    rollout, not on every call: for the C++ step's own kernel where it runs, else for oneDNN where
+    oneDNN runs the model's matmuls (native.rollout_linear, under `speed`'s decode_linear_kernel
+    and onednn_linear); elsewhere F.linear."""
+    speed = speed or Speed()
+    embed = base_model(model).model.embed_tokens.weight
+    packing = None
+    if embed.device.type == "cpu" and embed.dtype == torch.float32:
+        onednn = speed.onednn_linear and cpu_matmul.applies(embed)
+        packing = native.rollout_linear(onednn, kernel=speed.decode_linear_kernel)
+    return Weights(model, packing)
 
 
 def _rows_of_each_prompt(cache: torch.Tensor, g: int, filled: int) -> torch.Tensor:
@@ -358,7 +127,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Ten
 def teacher_forced_logits(model: Any, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """Logits [N, S, V] of left-padded sequences through this loop's arithmetic (for tests: they
     must equal the transformers forward pass)."""
-    w = _Weights(model)
+    w = weights_for(model)
     n, s = ids.shape
     positions = (real.long().cumsum(-1) - 1).clamp(min=0)
     cos, sin = w.rope(s, ids.device, w.embed.dtype)
@@ -369,7 +138,7 @@ def teacher_forced_logits(model: Any, ids: torch.Tensor, real: torch.Tensor) -> 
     mask = (causal.unsqueeze(0) & real.unsqueeze(1)).unsqueeze(1) | torch.eye(
         s, dtype=torch.bool, device=ids.device
     )
-    return _forward(w, ids, positions, cache_k, cache_v, 0, mask, cos, sin, every_position=True)
+    return forward(w, ids, positions, cache_k, cache_v, 0, mask, cos, sin, every_position=True)
 
 
 @functools.cache
@@ -411,13 +180,13 @@ STATIC_CACHE_SLOTS = 64
 
 
 @functools.cache
-def _compiled_ops() -> _LayerOps:
-    """_LayerOps compiled, once per process. One compiled function serves every layer (their
+def _compiled_ops() -> LayerOps:
+    """LayerOps compiled, once per process. One compiled function serves every layer (their
     weights are its inputs, alike in shape), so compiling takes seconds, not a model's depth in
     them; the cache writes stay outside, where they write in place. Shapes that change between
     rollouts (prompt lengths) recompile once, then as dynamic shapes (torch.compile's default)."""
-    plain = _LayerOps()
-    return _LayerOps(*(torch.compile(fn, fullgraph=True) for fn in plain))
+    plain = LayerOps()
+    return LayerOps(*(torch.compile(fn, fullgraph=True) for fn in plain))
 
 
 @contextlib.contextmanager
@@ -447,7 +216,7 @@ class _StaticDecode:
 
     def __init__(
         self,
-        w: _Weights,
+        w: Weights,
         cache_k: torch.Tensor,
         cache_v: torch.Tensor,
         allowed: torch.Tensor,  # [N, T] additive attention bias, updated in place by the caller
@@ -466,7 +235,7 @@ class _StaticDecode:
         self.slot = torch.full((1,), first_slot, dtype=torch.long, device=device)
         self.inputs = (w, cache_k, cache_v, allowed.view(n, 1, 1, total), cos, sin)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.ops = _LayerOps()
+        self.ops = LayerOps()
         self.compile_failed = False  # the backend then tries no more compiles (each costs seconds)
         if device.type != "cuda":
             return
@@ -483,7 +252,7 @@ class _StaticDecode:
                     "decoding with the plain ops",
                     stacklevel=3,
                 )
-                self.ops = _LayerOps()
+                self.ops = LayerOps()
         if self.graph is None:
             try:
                 self.graph, self.logits = capture_cuda_graph(self.step, device)
@@ -492,7 +261,7 @@ class _StaticDecode:
 
     def step(self) -> torch.Tensor:
         w, cache_k, cache_v, mask, cos, sin = self.inputs
-        return _forward(
+        return forward(
             w, self.tokens, self.positions, cache_k, cache_v, self.slot, mask, cos, sin, ops=self.ops
         )
 
@@ -532,7 +301,7 @@ class FastBackend:
 
     def recycle(self, record: replay.LinearOutputs | None) -> None:
         """Hand back a rollout's record once nothing reads it any more: the next rollout of the
-        same shape writes into it (models/replay.allocate)."""
+        same shape writes into it (speed/replay.allocate)."""
         self._spare_record = record
 
     @torch.inference_mode()
@@ -549,7 +318,7 @@ class FastBackend:
         max_prompt_length: int,
         on_finished: OnFinished | None = None,
     ) -> Rollout:
-        w = _Weights(model, speed=self.speed)
+        w = weights_for(model, self.speed)
         device, dtype = w.embed.device, w.embed.dtype
         prompt_ids, truncated = encode_prompts(tokenizer, prompts, max_prompt_length)
         b, g = len(prompt_ids), num_generations
@@ -576,7 +345,7 @@ class FastBackend:
         prefill_mask = (causal.unsqueeze(0) & real.unsqueeze(1)).unsqueeze(1)  # [B, 1, P, P]
         # Fully padded query rows (padding before the prompt) attend to themselves: harmless, never read.
         prefill_mask |= torch.eye(p, dtype=torch.bool, device=device).view(1, 1, p, p)
-        logits = _forward(w, ids, positions, cache_k, cache_v, 0, prefill_mask, cos, sin)  # [B, V]
+        logits = forward(w, ids, positions, cache_k, cache_v, 0, prefill_mask, cos, sin)  # [B, V]
         # Each prompt's cache, logits and positions are shared by its G rows from here on.
         cache_k, cache_v = (_rows_of_each_prompt(cache, g, p) for cache in (cache_k, cache_v))
         logits = logits.repeat_interleave(g, dim=0)
@@ -605,7 +374,7 @@ class FastBackend:
         )
         if static_step is not None and static_step.compile_failed:
             self.compile_failed = True
-        # The eager token step: one C++ call where native.py has one for this model, else _forward.
+        # The eager token step: one C++ call where native.py has one for this model, else forward.
         use_native = static_step is None and self.decode != "python" and self.speed.decode_step
         native_step = (
             native.step_for(w, self.speed.decode_own_kernels, self.speed.decode_split_rows)
@@ -614,7 +383,7 @@ class FastBackend:
         )
         if native_step is not None:  # each prompt's G rows hold its p slots: read once for the G
             native_step = functools.partial(native_step, rows_per_prompt=g, prompt_slots=p)
-        eager_step = native_step or functools.partial(_forward, w)
+        eager_step = native_step or functools.partial(forward, w)
         record = self._record(w, n, max_new_tokens - 1) if native_step is not None else None
         record_tensors = record.flat() if record is not None else []
         never = pad if pad is not None and pad != eos else None  # padding is never a token to generate
@@ -699,7 +468,7 @@ class FastBackend:
                 on_finished(i, decode_completion(tokenizer, kept))
                 reported[i] = True
 
-    def _record(self, w: _Weights, rows: int, steps: int) -> replay.LinearOutputs | None:
+    def _record(self, w: Weights, rows: int, steps: int) -> replay.LinearOutputs | None:
         if not self.record_linear_outputs:
             return None
         hidden, q, kv = w.embed.shape[1], w.heads * w.head_dim, w.kv_heads * w.head_dim
@@ -731,7 +500,7 @@ class _Decoding:
 
     Sampling still draws a number for every row of the batch and uses those of the rows computed,
     so the generator moves as before and each row gets its old draw. A finished row's record
-    (models/replay.py) is not written after its last token: the training pass meets only padding
+    (speed/replay.py) is not written after its last token: the training pass meets only padding
     there, and the record's buffers hold zeros or an earlier rollout's values, never garbage.
     """
 

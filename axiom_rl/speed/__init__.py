@@ -25,7 +25,7 @@ class Speed:
     """Every speed-up, each on or off. `auto` values are resolved per device by `resolve`."""
 
     decode_step: bool = True
-    """The rollout's token step in C++ (rollout/decode_step.cpp) where it builds and applies:
+    """The rollout's token step in C++ (speed/decode_step.cpp) where it builds and applies:
     a float32 model on a CPU. Off: the Python step."""
     decode_own_kernels: bool = True
     """The C++ step's own attention and element-wise loops (off: ATen's calls in it, the Python
@@ -45,28 +45,28 @@ class Speed:
     """On a GPU, the static decode step's pieces compiled by torch.compile before capture."""
     replay_linear_outputs: bool = True
     """The first update after a rollout replays the rollout's linear-layer outputs in its forward
-    pass (models/replay.py; to float32 rounding)."""
+    pass (speed/replay.py; to float32 rounding)."""
     share_prompt_passes: bool = True
     """The reference, old and training passes run each group's prompt once, not G times
     (train/batch.py). Auto: on a CPU (on an H100 it cost more than it saved)."""
     bucket_lengths: bool = True
     """Gradient accumulation's micro-batches cut to their own lengths and grouped by length."""
     attention_kernel: bool = True
-    """The training passes' attention in axiom-rl's CPU kernel (models/attention.py). Auto: on a
+    """The training passes' attention in axiom-rl's CPU kernel (speed/attention.py). Auto: on a
     CPU."""
     rms_norm_kernel: bool = True
-    """RMSNorm fused in one pass each way on a float32 CPU (models/rms_norm.py; the same bits)."""
+    """RMSNorm fused in one pass each way on a float32 CPU (speed/rms_norm.py; the same bits)."""
     rotary_kernel: bool = True
-    """Rotary embedding fused likewise (models/rotary.py; the same bits)."""
+    """Rotary embedding fused likewise (speed/rotary.py; the same bits)."""
     lean_mlp: bool = True
     """The gated MLP's forward that keeps one activation fewer for backward
-    (models/activation_memory.py; the same numbers)."""
+    (speed/activation_memory.py; the same numbers)."""
     fused_silu: bool = True
     """In that forward, silu(gate) * up and its backward in one pass each on a float32 CPU (the
     same bits as ATen's calls)."""
     onednn_linear: bool = True
     """float32 linear layers through oneDNN on CPUs where MKL runs its slow path (AMD's)
-    (models/cpu_matmul.py; the rollout's too, where the C++ step's own kernel does not run)."""
+    (speed/cpu_matmul.py; the rollout's too, where the C++ step's own kernel does not run)."""
     pack_reference: bool = True
     """The frozen reference's weights laid out for oneDNN once at load, not on every call (the
     same bits)."""
@@ -75,7 +75,7 @@ class Speed:
     the device."""
     keep_freed_memory: bool = True
     """On a CPU, glibc keeps freed memory mapped for the next step's activations
-    (train/host_memory.py)."""
+    (speed/host_memory.py)."""
 
     @classmethod
     def plain(cls) -> Speed:
@@ -106,7 +106,7 @@ class Speed:
     def for_device(cls, device_type: str) -> Speed:
         """The defaults: everything that pays on this device (the C++ decode step unless the
         environment says AXIOM_RL_DECODE_STEP=python)."""
-        from ..rollout import native
+        from . import native
 
         cpu = device_type == "cpu"
         return cls(

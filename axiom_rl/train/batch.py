@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ..models import replay
-from ..models.replay import LinearOutputs
+from ..speed import replay
+from ..speed.replay import LinearOutputs
 
 
 @dataclass
@@ -102,7 +102,7 @@ def completion_logprobs(
     With `share_prompts`, neighbouring rows with the same prompt (a GRPO group) run it once:
     see `_shared_prompt_logits`. The log-probs agree with the plain pass to float rounding.
     There, `recorded` (the rollout's linear outputs for these rows, from the same weights) stands
-    in for the completion pass's linear layers where it fits (models/replay.py).
+    in for the completion pass's linear layers where it fits (speed/replay.py).
     """
     t = batch.completion_length
     logits = _shared_prompt_logits(model, batch, recorded) if share_prompts else None

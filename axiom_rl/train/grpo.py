@@ -37,18 +37,18 @@ import torch
 from ..algorithms import Estimator, Groups, policy_loss, regroupable, step_advantages
 from ..config import TrainConfig, save_config
 from ..io import hold_run_dir
-from ..models import replay
 from ..models.load import (
     Policy,
     load_policy,
     resolve_device,
 )
-from ..models.replay import LinearOutputs
 from ..reward_stage import RewardStage, StepRewards
 from ..rollout import Rollout, decode_completion, generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
 from ..sources import Outcome, Source, SourceContext, make_source, outcomes
-from ..speed import Speed
+from ..speed import Speed, replay
+from ..speed.host_memory import keep_freed_memory
+from ..speed.replay import LinearOutputs
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..terminal import printable
@@ -57,7 +57,6 @@ from ..verifier import BatchVerification, overlaps_verification, sandbox_workers
 from .batch import TokenBatch, build_batch, completion_logprobs, micro_batches
 from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
 from .distributed import Parallel
-from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
 from .plan import Plan, plan_run, warmup_warning
@@ -321,7 +320,7 @@ def optimizer_step(
     """One optimizer step over the whole rollout batch, in gradient-accumulation micro-batches.
 
     `recorded`: the rollout's linear outputs for this batch, from the weights this step starts
-    with, replayed in the forward where they fit (models/replay.py).
+    with, replayed in the forward where they fit (speed/replay.py).
 
     A non-finite loss still goes through backward (every rank must take part in the gradient
     all-reduce); the non-finite gradient norm that results makes every rank skip the step alike.
@@ -588,7 +587,7 @@ class Run:
             gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed, speed=speed,
         )  # fmt: skip
         backend = get_backend(cfg.rollout_backend, policy.model, cfg.min_completion_length, speed)
-        if hasattr(backend, "record_linear_outputs"):  # for the first update's pass (models/replay.py)
+        if hasattr(backend, "record_linear_outputs"):  # for the first update's pass (speed/replay.py)
             backend.record_linear_outputs = (
                 speed.replay_linear_outputs
                 and replay.replayable(policy.model)

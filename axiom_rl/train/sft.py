@@ -23,13 +23,13 @@ from ..config import SFTConfig, refuse_beside, save_config
 from ..errors import UserError, at_least, choose
 from ..io import hold_run_dir
 from ..models.load import check_model_spec, load_policy
+from ..speed.host_memory import keep_freed_memory
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from ..verify_files import read_problems_file
 from .batch import build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint, save_final_model
-from .host_memory import keep_freed_memory
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
 from .plan import (

@@ -1,5 +1,5 @@
 """The rotary position embedding of Llama-family attention in one pass forward and one backward on
-a float32 CPU (models/rotary.cpp), with the same bits as transformers' and autograd's.
+a float32 CPU (speed/rotary.cpp), with the same bits as transformers' and autograd's.
 
 transformers applies RoPE as q * cos + rotate_half(q) * sin for the queries and again for the
 keys: eight element-wise calls and two concatenations forward, as many backward, every one a pass
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..rollout import native
+from . import native
 from .forwards import give_forwards
 
 # Attention classes whose forward calls apply_rotary_pos_emb(q, k, cos, sin) on q and k laid out

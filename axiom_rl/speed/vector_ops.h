@@ -1,5 +1,5 @@
 // Vector types, unaligned loads and stores, and the few instructions GCC's vector arithmetic does
-// not spell, and the choice of instruction set, for axiom-rl's kernels (rollout/decode_step.cpp,
+// not spell, and the choice of instruction set, for axiom-rl's kernels (speed/decode_step.cpp,
 // silu_mul.cpp, attention.cpp, rms_norm.cpp).
 // native.py compiles those files from copies in its build directory, with this header copied
 // beside them.

@@ -1,4 +1,4 @@
-"""Attention for the training passes on a CPU: axiom-rl's own kernel (models/attention.cpp), as
+"""Attention for the training passes on a CPU: axiom-rl's own kernel (speed/attention.cpp), as
 a transformers attention implementation.
 
 ATen's CPU flash attention runs at 35-45 GFLOP/s on a GRPO step's shapes; at the step benchmark's
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..rollout import native
+from . import native
 
 NAME = "axiom_rl_cpu"
 

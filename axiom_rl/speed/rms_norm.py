@@ -1,5 +1,5 @@
 """RMSNorm for float32 on a CPU in one pass forward and one backward: axiom-rl's own kernel
-(models/rms_norm.cpp) for the norms of Llama-family models.
+(speed/rms_norm.cpp) for the norms of Llama-family models.
 
 transformers computes weight * (x * rsqrt(mean(x^2) + eps)) as six element-wise calls over
 [tokens, hidden], and autograd differentiates them as some fifteen more; a Qwen2 layer has two
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..rollout import native
+from . import native
 from .forwards import give_forwards
 
 # Norm classes whose forward is exactly weight * (x * rsqrt(mean(x^2) + eps)) in float32, cast back

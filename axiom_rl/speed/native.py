@@ -9,7 +9,7 @@ speed of ATen's batched matmul, and RMSNorm, RoPE, the cache writes and the resi
 plain loops (`Speed.decode_own_kernels`). They compute the same products, some summed in another order, so the logits agree
 with the Python step's to float32 rounding (about 1e-7 relative), and a sampled token differs
 only where a uniform draw falls that close to the edge between two tokens. With its own kernels
-off it makes the same ATen calls as fast._forward, in the same order, and computes the same
+off it makes the same ATen calls as rollout/step.py's forward, in the same order, and computes the same
 bits. With them and its own linear kernel, where the rows split into shares of four for each
 thread (16 rows on 2 cores), each thread takes its share through the whole step
 (`Speed.decode_split_rows`)
@@ -19,15 +19,15 @@ either way.
 
 The same library holds the rollout's float32 linear layers where the CPU has AVX2 and FMA
 (`Speed.decode_linear_kernel`), whichever library runs the training passes' (oneDNN on x86 CPUs not Intel's,
-MKL on Intel's: models/cpu_matmul.py): `linear_panels`, for the few rows of a decode step, where
+MKL on Intel's: speed/cpu_matmul.py): `linear_panels`, for the few rows of a decode step, where
 either library's fixed cost per call is most of the time. Its weights are packed once per
 rollout (`pack_panels`), and the Python step and the prefill call it too, so both steps still
 compute the same bits. Its sums round like any float32 matmul's (fused multiply-adds), in another
 order than oneDNN's or MKL's: a seeded rollout samples other tokens than with either library, and
 the same ones run after run, with any number of threads, on AVX2 and AVX-512.
 
-The library also holds the training passes' kernels: the fused SiLU (models/silu_mul.cpp, used by
-models/activation_memory.py), attention, RMSNorm and rotary embedding (models/attention.cpp,
+The library also holds the training passes' kernels: the fused SiLU (speed/silu_mul.cpp, used by
+speed/activation_memory.py), attention, RMSNorm and rotary embedding (speed/attention.cpp,
 rms_norm.cpp, rotary.cpp, each used by the .py of its name), so one build serves all of them.
 
 It is built once per machine, Python and PyTorch version with torch.utils.cpp_extension (a C++
@@ -57,21 +57,20 @@ from typing import Any
 import torch
 
 from ..errors import UserError, env_choice
+from ..rollout import step
+from ..rollout.step import PackedLinear, stacked
 
 ENV = "AXIOM_RL_DECODE_STEP"
 CHOICES = ("native", "python")
 # One library for axiom-rl's C++ kernels: the decode step, and the training passes' fused SiLU,
-# attention, RMSNorm and rotary embedding (models/activation_memory.py, attention.py, rms_norm.py
-# and rotary.py load them through `op`).
-_MODELS = Path(__file__).parents[1] / "models"
-SOURCES = (
-    Path(__file__).with_name("decode_step.cpp"),
-    _MODELS / "silu_mul.cpp",
-    _MODELS / "attention.cpp",
-    _MODELS / "rms_norm.cpp",
-    _MODELS / "rotary.cpp",
+# attention, RMSNorm and rotary embedding (activation_memory.py, attention.py, rms_norm.py and
+# rotary.py beside this file load them through `op`).
+_HERE = Path(__file__).parent
+SOURCES = tuple(
+    _HERE / name
+    for name in ("decode_step.cpp", "silu_mul.cpp", "attention.cpp", "rms_norm.cpp", "rotary.cpp")
 )
-HEADERS = (_MODELS / "vector_ops.h",)  # copied beside the sources, which include it by name
+HEADERS = (_HERE / "vector_ops.h",)  # copied beside the sources, which include it by name
 # The attention kernel's loops spread over PyTorch's own OpenMP threads (at::parallel_for), where
 # PyTorch runs on OpenMP: pip's Linux wheels carry a libgomp.so.1 that the library then shares.
 OPENMP = ("-fopenmp",) if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else ()
@@ -257,7 +256,7 @@ def sample_next(
     column: int,
     rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """fast._sample's tokens [N] from `logits` [N, V] once `never` and `blocked` (token ids, or
+    """fast.py's _sample's tokens [N] from `logits` [N, V] once `never` and `blocked` (token ids, or
     None) are made impossible in it, also written into out[:, column]: decode_step.cpp's
     sample_next, the same ATen calls made from C++ (the same bits and the same draws), for the
     loop around the C++ step. With `rows` (increasing), the logits are those rows' [n, V]: their
@@ -281,23 +280,14 @@ def pack_panels(*parts: torch.Tensor) -> torch.Tensor:
     return torch.ops.axiom_rl.pack_panels([part.detach() for part in parts])
 
 
-def stacked(*parts: torch.Tensor) -> torch.Tensor:
-    """torch.cat(parts), without a copy for a single part."""
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-# (linear, pack): pack(*parts) lays out the weight the parts stack into, for linear.
-PackedLinear = tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]
-
-
 def _pack_for_onednn(*parts: torch.Tensor) -> torch.Tensor:
-    from ..models import cpu_matmul
+    from . import cpu_matmul
 
     return cpu_matmul.pack(stacked(*parts))
 
 
 def _packed_linear(panels: bool) -> PackedLinear:
-    from ..models import cpu_matmul
+    from . import cpu_matmul
 
     return (linear_panels, pack_panels) if panels else (cpu_matmul.linear_packed, _pack_for_onednn)
 
@@ -315,7 +305,7 @@ def rollout_linear(onednn: bool, kernel: bool = True) -> PackedLinear | None:
 
 
 def applies(w: Any) -> bool:
-    """Whether `w` (fast._Weights) is a model the C++ step computes: float32 on a CPU, and no
+    """Whether `w` (rollout/step.py's Weights) is a model the C++ step computes: float32 on a CPU, and no
     per-head query/key norm (Qwen3's, which the C++ step leaves out)."""
     return (
         w.embed.device.type == "cpu"
@@ -325,7 +315,7 @@ def applies(w: Any) -> bool:
 
 
 def step_for(w: Any, own_kernels: bool = True, split_rows: bool = True) -> Callable[..., torch.Tensor] | None:
-    """fast._forward's decode step for these weights (fast._Weights), in C++: called as
+    """rollout/step.py's forward's decode step for these weights (rollout/step.py's Weights), in C++: called as
     `step(ids, positions, cache_k, cache_v, start, mask, cos, sin)` with one token per row and
     an additive mask. None where it does not apply or is not available. `own_kernels`,
     `split_rows`: Speed.decode_own_kernels and decode_split_rows."""
@@ -341,7 +331,7 @@ SHARE_ROWS = 4
 
 
 def split_unit(w: Any, split_rows: bool = True, own_kernels: bool = True) -> int:
-    """The C++ step for these weights (fast._Weights) splits its rows between the threads when
+    """The C++ step for these weights (rollout/step.py's Weights) splits its rows between the threads when
     their number is a multiple of this (1: it never does, so any number of rows is alike)."""
     threads = torch.get_num_threads()
     if not (split_rows and own_kernels) or w.linear is not linear_panels or threads <= 1:
@@ -352,7 +342,7 @@ def split_unit(w: Any, split_rows: bool = True, own_kernels: bool = True) -> int
 def _bind(
     built: Callable[..., torch.Tensor], w: Any, own_kernels: bool = True, split_rows: bool = True
 ) -> Callable[..., torch.Tensor]:
-    from ..models import cpu_matmul
+    from . import cpu_matmul
 
     weights = [
         t for layer in w.layers for t in (layer.ln1, layer.wqkv, layer.wo, layer.ln2, layer.wgu, layer.wdown)
@@ -362,7 +352,7 @@ def _bind(
     kind = {cpu_matmul.linear_packed: 1, linear_panels: 2}.get(w.linear, 0)
     shape = (w.heads, w.kv_heads, w.head_dim, w.eps)
     fixed = (w.embed, w.norm, w.lm_head, weights, biases, *shape, kind, own_kernels)
-    # `record`: models/replay.LinearOutputs.flat(), filled at step `record_at` (decode_step.cpp's keep).
+    # `record`: speed/replay.LinearOutputs.flat(), filled at step `record_at` (decode_step.cpp's keep).
     # `rows_per_prompt`, `prompt_slots`: each run of that many rows holds the same first slots in
     # its caches (a prompt's, for its completions), which the attention kernel then reads once.
     # `rows`: None, or the rows of the batch to compute (int64, increasing: the decode loop leaves
@@ -380,8 +370,6 @@ def _self_check(built: Callable[..., torch.Tensor]) -> str:
     steps' logits and caches are the same bits, and with them agree to float32 rounding."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from . import fast
-
     config = Qwen2Config(
         vocab_size=32, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64,
@@ -397,7 +385,7 @@ def _self_check(built: Callable[..., torch.Tensor]) -> str:
         if panels and (mismatch := _check_panels()):
             return mismatch
         for packing in {_packed_linear(False), _packed_linear(panels)}:
-            if mismatch := _check_steps(built, fast._Weights(model, packing)):
+            if mismatch := _check_steps(built, step.Weights(model, packing)):
                 return mismatch
     return ""
 
@@ -417,9 +405,7 @@ def _check_panels() -> str:
 
 
 def _check_steps(built: Callable[..., torch.Tensor], w: Any) -> str:
-    """The C++ step against the Python one on the weights `w` (fast._Weights)."""
-    from . import fast
-
+    """The C++ step against the Python one on the weights `w` (rollout/step.py's Weights)."""
     n, prompt, hd = 3, 5, w.head_dim
     ids = torch.arange(n).view(n, 1) + 7
     positions = torch.full((n, 1), prompt)
@@ -430,7 +416,7 @@ def _check_steps(built: Callable[..., torch.Tensor], w: Any) -> str:
         (2, len(w.layers), n, w.kv_heads, prompt + 1, hd), generator=torch.Generator().manual_seed(1)
     )
     python_k, python_v = cache[0].clone(), cache[1].clone()
-    expected = fast._forward(w, ids, positions, python_k, python_v, prompt, mask, cos, sin)
+    expected = step.forward(w, ids, positions, python_k, python_v, prompt, mask, cos, sin)
     for kernel in (False, True):
         native_k, native_v = cache[0].clone(), cache[1].clone()
         got = _bind(built, w, kernel)(ids, positions, native_k, native_v, prompt, mask, cos, sin)

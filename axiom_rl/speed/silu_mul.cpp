@@ -1,5 +1,5 @@
 // silu(gate) * up, and its backward, each in one pass over memory: the gated MLP of the training
-// passes (models/activation_memory.py). ATen runs them as element-wise calls over [tokens,
+// passes (speed/activation_memory.py). ATen runs them as element-wise calls over [tokens,
 // intermediate] tensors too large for the cache: silu then the product forward (five tensor
 // streams read or written), and in backward silu, the product `down` reads, two products and
 // silu_backward (fourteen streams). These kernels read and write each tensor once (three streams
@@ -177,7 +177,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> silu_mul_backward(const at::Tenso
 
 }  // namespace
 
-// For the decode step's own kernels (rollout/decode_step.cpp): out [rows, inner] = silu(gate) * up
+// For the decode step's own kernels (speed/decode_step.cpp): out [rows, inner] = silu(gate) * up
 // for gate_up [rows, 2 inner] (the fused gate and up projections), with the bits of ATen's
 // at::silu(gate_up.slice(1, 0, inner)) * gate_up.slice(1, inner). ATen iterates that strided
 // slice row by row, in chunks of the flattened rows x inner elements (split over threads past its

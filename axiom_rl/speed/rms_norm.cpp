@@ -1,5 +1,5 @@
 // RMSNorm, y = weight * (x / sqrt(mean(x^2) + eps)) over each row's last dimension, and its
-// backward, each in one pass over memory: the training passes' norms (models/rms_norm.py).
+// backward, each in one pass over memory: the training passes' norms (speed/rms_norm.py).
 // transformers runs a norm as six element-wise calls forward (pow, mean, add, rsqrt and two
 // products) and autograd some fifteen backward, each a pass over [tokens, hidden] and a fresh
 // tensor; a Qwen2 layer has two norms, and a GRPO step runs each three times (reference, policy,

@@ -12,7 +12,7 @@ two such tensors fewer at the step's peak: with 64 rows x 280 tokens and an inte
 Forward and backward compute what autograd computes, each value rounded alike, so values and
 gradients are identical bit for bit (tests/test_models.py checks this on a real model); seeded
 runs do not change. On a float32 CPU, silu(gate) * up and its backward run in one pass each
-(models/silu_mul.cpp, in the C++ library that rollout/native.py builds): five and fourteen
+(speed/silu_mul.cpp, in the C++ library that speed/native.py builds): five and fourteen
 streams over [tokens, intermediate] tensors become three and six. Those kernels follow ATen's own
 to the bit (the same exp, the same split over threads); they are checked against ATen's calls
 when first loaded, and where they are not available or differ, ATen's calls run.
@@ -39,7 +39,7 @@ def _fused_available() -> bool:
     """Whether the fused kernels run on this machine: False where ATen's calls run instead (no C++
     library, no kernel for ATen's CPU capability, or kernels whose bits differ from ATen's, with a
     warning, once). The library picks the kernel that follows ATen's silu (`silu_kernel`)."""
-    from ..rollout import native
+    from . import native
 
     if native.op() is None or not torch.ops.axiom_rl.silu_kernel():
         return False
@@ -157,7 +157,7 @@ def silu_mul_down(
 
 
 class _SiluMulDownReplayed(_SiluMulDown):
-    """_SiluMulDown whose value a rollout recorded (models/replay.py): the same backward."""
+    """_SiluMulDown whose value a rollout recorded (speed/replay.py): the same backward."""
 
     @staticmethod
     def forward(  # type: ignore[override]

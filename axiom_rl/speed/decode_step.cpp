@@ -1,5 +1,5 @@
 // axiom-rl's decode step for a CPU: one new token per row through every layer, for float32, in
-// one call from Python (native.py builds it and checks it against the Python step, fast._forward).
+// one call from Python (native.py builds it and checks it against the Python step, rollout/step.py's forward).
 // At these sizes a token step's some 800 calls (views included) on a few thousand values each cost
 // more around them than in them: Python's parsing and wrapping, then ATen's dispatch, allocation
 // and iterator set-up.
@@ -38,7 +38,7 @@
 #include <xmmintrin.h>  // SSE's streaming stores, in every x86-64 CPU
 #endif
 
-// silu(gate) * up for the fused gate and up projections, with ATen's bits (models/silu_mul.cpp, built
+// silu(gate) * up for the fused gate and up projections, with ATen's bits (speed/silu_mul.cpp, built
 // into the same library); false where it has no kernel for this CPU.
 bool silu_mul_rows(const float* gate_up, int64_t rows, int64_t inner, float* out);
 
@@ -660,7 +660,7 @@ AXIOM_TARGETS void add_into(float* __restrict__ x, const float* __restrict__ y, 
 // With a `record` (7 tensors a layer -- q, k, v, o, gate, up, down -- and the logits' last where
 // asked, each [N, S, width], float32), each step copies its linear layers' outputs (biases added,
 // before RoPE) into step `record_at` of them: the values the trainer's first pass over the same
-// tokens replays instead of computing them again (models/replay.py). The panel kernel writes them
+// tokens replays instead of computing them again (speed/replay.py). The panel kernel writes them
 // there as it computes them where the record allows it (record_copies); otherwise keep() copies
 // them afterwards. The step computes the same values with or without a record.
 //

@@ -1,5 +1,5 @@
 // Attention for the training passes on a CPU, float32: softmax(q k^T * scale + mask) v, forward and
-// backward (models/attention.py). ATen's CPU flash attention runs at 35-45 GFLOP/s on a GRPO step's
+// backward (speed/attention.py). ATen's CPU flash attention runs at 35-45 GFLOP/s on a GRPO step's
 // shapes (tens to hundreds of queries, a head size of 64) and spends some 20 ms of the benchmark's
 // full step, 17 of them in backward; its math path was no faster (docs/benchmarks.md).
 //

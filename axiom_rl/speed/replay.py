@@ -3,7 +3,7 @@
 With one optimizer step per rollout (GRPO's usual mu = 1), the policy's training forward runs the
 weights that just sampled the completions over the very tokens the rollout fed back, one at a
 time, during decoding: every linear layer computes again what it computed then. On a CPU the
-rollout's C++ decode step (rollout/decode_step.cpp) can copy those outputs out as it goes
+rollout's C++ decode step (speed/decode_step.cpp) can copy those outputs out as it goes
 (`LinearOutputs`, a few thousand values a layer a token), and the training pass over the
 completions then takes them instead of multiplying again (`replaying`): each replayed layer keeps
 its input and weight for backward, as F.linear does, and its backward is F.linear's. Everything
@@ -140,7 +140,7 @@ class _Lora:
 def _lora(module: Any) -> _Lora | None:
     """The parts of a peft LoRA Linear whose forward is plain LoRA with one adapter (enabled, not
     merged, no dropout, no variant such as DoRA, no bias on B), around a plain Linear: what the
-    rollout folds into one weight (rollout/fast.py's `_effective`); else None."""
+    rollout folds into one weight (rollout/step.py's `_effective`); else None."""
     base = getattr(module, "base_layer", None)
     lora_a, lora_b = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
     if not _plain(base) or cpu_matmul.packed(base) or lora_a is None or lora_b is None:

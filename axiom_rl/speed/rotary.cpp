@@ -1,5 +1,5 @@
 // Rotary position embedding of the queries and keys, and its backward, in one pass each: the
-// training passes' RoPE (models/rotary.py). transformers computes q * cos + rotate_half(q) * sin
+// training passes' RoPE (speed/rotary.py). transformers computes q * cos + rotate_half(q) * sin
 // for q and for k as eight element-wise calls and a concatenation each, and autograd's backward as
 // as many again, every one a pass over [batch, heads, positions, head size] and a fresh tensor.
 //
