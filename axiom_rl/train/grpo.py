@@ -335,9 +335,7 @@ def optimizer_step(
     # The whole step's longest completion, over micro-batches and ranks (hybrid's alpha: one a step).
     longest = max(parallel.gather(float(batch.completion_mask.sum(-1).max())))
     parts = update_micro_batches(batch, cfg)
-    totals: Counter[str] = Counter()
-    extremes: dict[str, float] = {}
-    loss_total, entropy_sum, token_sum = 0.0, 0.0, 0.0
+    seen = LossMetrics(tokens)
     time_forward = time_backward = 0.0
     for index, (rows, part) in enumerate(parts):
         t = part.completion_length  # a trimmed micro-batch's: the frozen log-probs are cut to it
@@ -372,40 +370,54 @@ def optimizer_step(
             scale.scaled(loss).backward()  # fp16: see loss_scale.py
             time_forward += t1 - t0
             time_backward += time.perf_counter() - t1
-        loss_total += float(loss.detach())
-        # The loss's metrics are means over a micro-batch's tokens: weighed by its tokens, they
-        # are the step's (its extremes are the extremes of the micro-batches').
-        share = float(part.completion_mask.sum()) / max(1.0, tokens)
-        for k, v in metrics.items():
-            if k in ("ratio_min", "ratio_max"):
-                pick = min if k == "ratio_min" else max
-                extremes[k] = pick(extremes.get(k, v), v)
-            else:
-                totals[k] += v * share
-        entropy_sum += float((entropy * part.completion_mask).sum())
-        token_sum += float(part.completion_mask.sum())
+        seen.add(float(loss.detach()), metrics, entropy, part.completion_mask)
     loss_scale = scale.value
     grad_norm, finite = clip_unscale_step(
         optimizer,
         policy.trainable_parameters,
         scale,
         cfg.max_grad_norm,
-        loss_finite=math.isfinite(loss_total),
+        loss_finite=math.isfinite(seen.loss),
     )
     optimizer.zero_grad(set_to_none=True)
     return {
-        "loss": loss_total,
+        "loss": seen.loss,
         "finite": 1.0 if finite else 0.0,
         # fp16: gradients too large for fp16 at this loss scale, from a finite loss (not a bad step)
-        "overflow": 1.0 if scale.enabled and not finite and math.isfinite(loss_total) else 0.0,
+        "overflow": 1.0 if scale.enabled and not finite and math.isfinite(seen.loss) else 0.0,
         **({"loss_scale": loss_scale} if scale.enabled else {}),
         "grad_norm": grad_norm,
-        "entropy": entropy_sum / max(1.0, token_sum),
         "time_forward_s": time_forward,
         "time_backward_s": time_backward,
-        **totals,
-        **extremes,
+        **seen.step_metrics(),
     }
+
+
+class LossMetrics:
+    """A step's loss and the loss's metrics, gathered over its micro-batches. The loss's metrics
+    are means over a micro-batch's tokens: weighed by its tokens, they are the step's (its ratio
+    extremes are the extremes of the micro-batches')."""
+
+    def __init__(self, tokens: float) -> None:
+        self.tokens = max(1.0, tokens)  # the step's completion tokens
+        self.loss = 0.0
+        self.totals: Counter[str] = Counter()
+        self.extremes: dict[str, float] = {}
+        self.entropy_sum = 0.0
+
+    def add(self, loss: float, metrics: dict[str, float], entropy: torch.Tensor, mask: torch.Tensor) -> None:
+        self.loss += loss
+        share = float(mask.sum()) / self.tokens
+        for k, v in metrics.items():
+            if k in ("ratio_min", "ratio_max"):
+                pick = min if k == "ratio_min" else max
+                self.extremes[k] = pick(self.extremes.get(k, v), v)
+            else:
+                self.totals[k] += v * share
+        self.entropy_sum += float((entropy * mask).sum())
+
+    def step_metrics(self) -> dict[str, float]:
+        return {"entropy": self.entropy_sum / self.tokens, **self.totals, **self.extremes}
 
 
 # --------------------------------------------------------------------------------- the loop
