@@ -89,6 +89,16 @@ def per_token_advantages(advantages: torch.Tensor, logprobs: torch.Tensor) -> to
     )
 
 
+def check_kl(kl_estimator: str, beta: float, ref_logprobs: torch.Tensor | None) -> None:
+    """A known KL estimator, and reference log-probs wherever the KL term counts (beta != 0)."""
+    if kl_estimator not in KL_ESTIMATORS:
+        raise UserError(
+            f"unknown KL estimator {kl_estimator!r}; choose from: {', '.join(sorted(KL_ESTIMATORS))}"
+        )
+    if beta != 0.0 and ref_logprobs is None:
+        raise ValueError("beta != 0 needs ref_logprobs")
+
+
 def clipped_surrogate_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor | None,
@@ -123,14 +133,9 @@ def clipped_surrogate_loss(
         raise UserError(
             f"unknown aggregation {aggregation!r}; choose from: {', '.join(sorted(AGGREGATIONS))}"
         )
-    if kl_estimator not in KL_ESTIMATORS:
-        raise UserError(
-            f"unknown KL estimator {kl_estimator!r}; choose from: {', '.join(sorted(KL_ESTIMATORS))}"
-        )
+    check_kl(kl_estimator, beta, ref_logprobs)
     if importance_sampling not in ("token", "sequence"):
         raise UserError(f"importance_sampling must be 'token' or 'sequence', got {importance_sampling!r}")
-    if beta != 0.0 and ref_logprobs is None:
-        raise ValueError("beta != 0 needs ref_logprobs")
     if dual_clip is not None and dual_clip <= 1.0:
         raise UserError(f"dual_clip must be > 1, got {dual_clip}")
     mask = mask.to(logprobs.dtype)  # [B*G, T]
@@ -287,12 +292,7 @@ def decoupled_regularised_loss(
         )
     if beta_sampling < 0:
         raise UserError(f"beta_sampling must be >= 0, got {beta_sampling}")
-    if kl_estimator not in KL_ESTIMATORS:
-        raise UserError(
-            f"unknown KL estimator {kl_estimator!r}; choose from: {', '.join(sorted(KL_ESTIMATORS))}"
-        )
-    if beta != 0.0 and ref_logprobs is None:
-        raise ValueError("beta != 0 needs ref_logprobs")
+    check_kl(kl_estimator, beta, ref_logprobs)
     mask = mask.to(logprobs.dtype)  # [B*G, T]
     old = logprobs.detach() if old_logprobs is None else old_logprobs
     adv = per_token_advantages(advantages, logprobs)  # [B*G, 1] or [B*G, T]

@@ -10,8 +10,24 @@ from ..types import Problem
 from .base import Source, SourceContext, register_source
 
 
+class StreamSource(Source):
+    """A source that serves a seeded stream's problems in order and observes nothing; its state
+    is the stream's."""
+
+    stream: ProblemStream | FileProblemStream
+
+    def next_batch(self, n: int) -> list[Problem]:
+        return self.stream.take(n)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state_dict(state)
+
+
 @register_source("uniform")
-class UniformSource(Source):
+class UniformSource(StreamSource):
     """Generated train problems: each draw picks a (task, difficulty) pair of the run's at random
     and takes that pair's next problem (ProblemStream). Observes nothing."""
 
@@ -23,18 +39,9 @@ class UniformSource(Source):
             context.tasks, context.difficulties, context.seed, rank=context.rank, world=context.world
         )
 
-    def next_batch(self, n: int) -> list[Problem]:
-        return self.stream.take(n)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.stream.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stream.load_state_dict(state)
-
 
 @register_source("file")
-class FileSource(Source):
+class FileSource(StreamSource):
     """The problems of --problems-file, in a seeded order reshuffled each pass (FileProblemStream).
     Observes nothing."""
 
@@ -45,12 +52,3 @@ class FileSource(Source):
         self.stream = FileProblemStream(
             context.problems, context.seed, rank=context.rank, world=context.world
         )
-
-    def next_batch(self, n: int) -> list[Problem]:
-        return self.stream.take(n)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.stream.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stream.load_state_dict(state)
