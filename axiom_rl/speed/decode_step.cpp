@@ -342,7 +342,7 @@ constexpr int64_t kPanel = 16;
 // more than the L2 caches hold; where they come from the L3 cache the hardware's prefetchers keep
 // up, but where other processes (or a VM's neighbours) have pushed them out to DRAM, the kernel
 // waited on each line: 16 rows x 16 columns of sums per line leave too little work to hide the
-// latency. Measured (docs/benchmarks.md, stop 37), a token step's weights from DRAM: 1,070 us
+// latency. Measured (docs/benchmarks.md, 2026-11-24), a token step's weights from DRAM: 1,070 us
 // without, 646-675 asking 4 KiB ahead into L1, 570-603 this way; from the L3 cache, 532-544
 // without, 508-510 this way. A prefetch changes no value.
 constexpr std::uintptr_t kPrefetchBytes = 8192;
@@ -790,7 +790,7 @@ at::Tensor linear_kept(const at::Tensor& x, const at::Tensor& w, const std::opti
 // A thread's share of the step's rows (fused_step) is a whole number of this many rows, at least
 // one: the panel kernel's tiles of rows are 8, 4, 2 and 1 rows, and a share of 2 or 3 rows (or of 5
 // or 6) streams the whole model's weights past tiles too small to use them well. Measured
-// (docs/benchmarks.md, stop 48), rollouts of 64 tokens at 4 x 4 rows took 0.92x the time of the
+// (docs/benchmarks.md, 2026-11-26), rollouts of 64 tokens at 4 x 4 rows took 0.92x the time of the
 // split by columns, 0.78x at 3 x 8, 0.95x at 1 x 8, and 256 tokens at 8 x 8 rows 0.82x; at 1 x 2,
 // 1 x 4, 1 x 6, 1 x 10 and 3 x 4 rows (shares of 1, 2, 3, 5 and 6) 1.01-1.19x: those split by
 // columns.
