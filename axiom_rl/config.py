@@ -79,8 +79,8 @@ class TrainConfig(ModelOptions):
     or `problems export`), in a seeded order reshuffled each pass; not with --task or --difficulty."""
     source: dict[str, Any] = field(default_factory=dict)
     """Where the problems come from, and what learns from the results (YAML): {name: NAME, and its
-    parameters}, a registered problem source (axiom_rl.sources). Empty: 'file' with
-    --problems-file, else 'uniform' over --task x --difficulty."""
+    parameters}, a registered problem source (axiom_rl.sources: uniform, file, schedule,
+    learnability, adaptive). Empty: 'file' with --problems-file, else 'uniform' over --task x --difficulty."""
     prompt_style: str = "auto"
     """'full', 'compact' (short prompts for character-level models) or auto (compact for the
     built-in model)."""

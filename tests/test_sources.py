@@ -145,7 +145,10 @@ def test_the_built_in_sources_and_their_errors():
     on_file = make_source({}, SourceContext(("test_lowercase",), (1,), problems=problems))
     assert on_file.name == "file" and sorted(p.id for p in on_file.next_batch(3)) == ["p0", "p1", "p2"]
     for spec, message in (
-        ({"name": "nope"}, "unknown problem source 'nope'; choose from: file, "),
+        (
+            {"name": "nope"},
+            "unknown problem source 'nope'; choose from: adaptive, file, learnability, ",
+        ),
         ({"name": "uniform", "rate": 1}, "problem source 'uniform' does not take rate; it takes: nothing"),
         ({"name": "file"}, "problem source 'file' needs --problems-file"),
     ):

@@ -8,6 +8,9 @@ an uninterrupted one would; what it reports (`metrics`) goes into metrics.jsonl 
 
     uniform   tasks x difficulties, each draw a random pair (the default)
     file      the problems of a file, reshuffled each pass (the default with --problems-file)
+    learnability  (task, difficulty) pairs drawn in proportion to p(1 - p) of their pass rates
+    schedule  the difficulties in turn, easiest first, a fixed number of problems each
+    adaptive  per task, a difficulty moved to keep its pass rate in a band (curriculum.py)
 
 A new source is one class with `@register_source("name")`; the training config's `source:`
 section picks it by name and passes the rest as its parameters (docs/training.md, "Writing a
@@ -16,11 +19,15 @@ problem source").
 
 from .base import SOURCES, Outcome, Source, SourceContext, make_source, outcomes, register_source
 from .builtin import FileSource, UniformSource
+from .curriculum import AdaptiveSource, LearnabilitySource, ScheduleSource
 
 __all__ = [
     "SOURCES",
+    "AdaptiveSource",
     "FileSource",
+    "LearnabilitySource",
     "Outcome",
+    "ScheduleSource",
     "Source",
     "SourceContext",
     "UniformSource",

@@ -49,7 +49,10 @@ class ProblemStream:
         return self._iters[key]
 
     def next(self) -> Problem:
-        task, difficulty = self.rng.choice(self.pairs)
+        return self.take_from(*self.rng.choice(self.pairs))
+
+    def take_from(self, task: str, difficulty: int) -> Problem:
+        """The next problem of one pair (a source that picks pairs itself draws through this)."""
         problem = next(self._iterator(task, difficulty))
         key = self._key(task, difficulty)
         self.consumed[key] = self.consumed.get(key, 0) + 1

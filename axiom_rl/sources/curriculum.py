@@ -1,0 +1,234 @@
+"""Sources that follow the model's success: train where the signal is.
+
+GRPO learns nothing from a group whose completions all score alike, and a problem the model always
+solves (or never does) gives such groups. These sources watch each (task, difficulty) pair's pass
+rate through `observe` and draw where it is neither 0 nor 1:
+
+    learnability  samples a pair in proportion to p(1 - p), p its rolling pass rate, with a floor
+                  so that no pair starves (the learnability of Foster & Foerster 2025, "Learning
+                  to Reason at the Frontier of Learnability", arXiv 2502.12272: p(1 - p) is the
+                  variance of a pass/fail reward, the signal a group can carry)
+    schedule      the run's difficulties in turn, easiest first, `every` problems each (a ramp
+                  fixed in advance, the baseline the adaptive ones are measured against)
+    adaptive      per task, one difficulty at a time, moved up when the pass rate over a window
+                  of problems is above a band and down when below it (AdaRFT, Shi et al. 2025,
+                  arXiv 2504.05520, keeps a target success rate the same way)
+
+Both draw each pair's problems from the same seeded sequences as `uniform` (ProblemStream), so a
+pair's k-th problem is the same whichever source asked for it; their choices come from a seeded
+RNG of their own, and their estimates are part of their checkpointed state.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UserError
+from ..train.problems import ProblemStream
+from ..types import Problem
+from .base import Outcome, Source, SourceContext, register_source
+
+
+def _pair_key(task: str, difficulty: int) -> str:
+    return f"{task}/{difficulty}"
+
+
+def _rng_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
+    version, internal, gauss = state
+    rng.setstate((version, tuple(internal), gauss))
+
+
+class PairSource(Source):
+    """A source that picks (task, difficulty) pairs itself and takes each pair's next generated
+    problem; what it has taken and its RNG are its state, besides whatever its subclass keeps."""
+
+    def __init__(self, context: SourceContext) -> None:
+        super().__init__(context)
+        if context.problems is not None:
+            raise UserError(
+                f"problem source {self.name!r} draws generated problems: not with --problems-file"
+            )
+        self.pairs = [(t, d) for t in context.tasks for d in context.difficulties]
+        self.stream = ProblemStream(
+            context.tasks, context.difficulties, context.seed, rank=context.rank, world=context.world
+        )
+        self.rng = random.Random(f"axiom-rl/source/{self.name}/{context.seed}/{context.rank}")
+
+    def pick(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def next_batch(self, n: int) -> list[Problem]:
+        return [self.stream.take_from(*self.pick()) for _ in range(n)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stream": self.stream.state_dict(), "rng": _rng_state(self.rng)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state_dict(state["stream"])
+        _set_rng_state(self.rng, state["rng"])
+
+
+@register_source("learnability")
+class LearnabilitySource(PairSource):
+    """Pairs drawn in proportion to max(p(1 - p), floor), p each pair's pass rate: an exponential
+    moving average of its problems' pass rates (`decay` the weight of the past; `prior` before the
+    first). With p = 0.5 everywhere at the start every pair is equally likely; a pair the model
+    always solves or always fails keeps `floor` (relative to the 0.25 of p = 0.5), so it is still
+    seen and its estimate can recover."""
+
+    def __init__(
+        self, context: SourceContext, decay: float = 0.8, floor: float = 0.02, prior: float = 0.5
+    ) -> None:
+        super().__init__(context)
+        if not 0.0 <= decay < 1.0:
+            raise UserError(f"learnability's decay must be in [0, 1), got {decay}")
+        if not 0.0 < floor <= 0.25:
+            raise UserError(f"learnability's floor must be in (0, 0.25], got {floor}")
+        if not 0.0 <= prior <= 1.0:
+            raise UserError(f"learnability's prior must be in [0, 1], got {prior}")
+        self.decay, self.floor = decay, floor
+        self.estimates = {_pair_key(t, d): prior for t, d in self.pairs}
+
+    def weights(self) -> list[float]:
+        """Each pair's weight, in the order of `pairs`."""
+        return [
+            max(p * (1.0 - p), self.floor) for p in (self.estimates[_pair_key(*pair)] for pair in self.pairs)
+        ]
+
+    def pick(self) -> tuple[str, int]:
+        return self.rng.choices(self.pairs, weights=self.weights())[0]
+
+    def observe(self, results: Sequence[Outcome]) -> None:
+        for outcome in results:
+            key = _pair_key(outcome.problem.task, outcome.problem.difficulty)
+            if key in self.estimates:
+                self.estimates[key] = (
+                    self.decay * self.estimates[key] + (1.0 - self.decay) * outcome.pass_rate
+                )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "estimates": dict(self.estimates)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.estimates.update({k: float(v) for k, v in state["estimates"].items() if k in self.estimates})
+
+    def metrics(self) -> dict[str, float]:
+        total = sum(self.weights())
+        figures: dict[str, float] = {}
+        for pair, weight in zip(self.pairs, self.weights()):
+            key = _pair_key(*pair)
+            figures[f"pass_rate/{key}"] = self.estimates[key]
+            figures[f"share/{key}"] = weight / total
+        return figures
+
+
+@register_source("schedule")
+class ScheduleSource(PairSource):
+    """The run's difficulties in turn, easiest first: the first `every` problems drawn at the
+    lowest, the next `every` at the next, and the hardest from then on; tasks drawn uniformly.
+    Problems, not steps, are counted (a step draws prompts_per_step of them, a refill more), so
+    `every` = 16 x prompts_per_step moves up every 16 rollouts."""
+
+    def __init__(self, context: SourceContext, every: int = 64) -> None:
+        super().__init__(context)
+        if every < 1:
+            raise UserError(f"schedule's every must be >= 1, got {every}")
+        self.every = every
+        self.levels = sorted(set(context.difficulties))
+        self.drawn = 0
+
+    def difficulty(self) -> int:
+        return self.levels[min(self.drawn // self.every, len(self.levels) - 1)]
+
+    def pick(self) -> tuple[str, int]:
+        pair = (self.rng.choice(self.context.tasks), self.difficulty())
+        self.drawn += 1
+        return pair
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "drawn": self.drawn}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.drawn = int(state["drawn"])
+
+    def metrics(self) -> dict[str, float]:
+        return {"difficulty": float(self.difficulty())}
+
+
+@register_source("adaptive")
+class AdaptiveSource(PairSource):
+    """Each task at one difficulty at a time (`start`, or the run's lowest), its tasks drawn
+    uniformly. After `window` problems of a task at its difficulty, their mean pass rate decides:
+    above `high`, the task moves to the next harder of the run's difficulties; below `low`, to the
+    next easier; inside the band it stays. The window then starts again."""
+
+    def __init__(
+        self,
+        context: SourceContext,
+        low: float = 0.3,
+        high: float = 0.7,
+        window: int = 8,
+        start: int | None = None,
+    ) -> None:
+        super().__init__(context)
+        if not 0.0 <= low < high <= 1.0:
+            raise UserError(f"adaptive's band must satisfy 0 <= low < high <= 1, got low={low}, high={high}")
+        if window < 1:
+            raise UserError(f"adaptive's window must be >= 1, got {window}")
+        self.levels = sorted(set(context.difficulties))
+        if start is not None and start not in self.levels:
+            raise UserError(f"adaptive's start {start} is not one of the run's difficulties {self.levels}")
+        self.low, self.high, self.window = low, high, window
+        first = self.levels.index(start) if start is not None else 0
+        self.level = {t: first for t in context.tasks}  # index into levels, per task
+        self.seen: dict[str, list[float]] = {t: [] for t in context.tasks}  # pass rates this window
+
+    def pick(self) -> tuple[str, int]:
+        task = self.rng.choice(self.context.tasks)
+        return task, self.levels[self.level[task]]
+
+    def observe(self, results: Sequence[Outcome]) -> None:
+        for outcome in results:
+            task = outcome.problem.task
+            if task not in self.level or outcome.problem.difficulty != self.levels[self.level[task]]:
+                continue  # drawn before the task last moved: not this level's evidence
+            window = self.seen[task]
+            window.append(outcome.pass_rate)
+            if len(window) < self.window:
+                continue
+            rate = sum(window) / len(window)
+            if rate > self.high:
+                self.level[task] = min(self.level[task] + 1, len(self.levels) - 1)
+            elif rate < self.low:
+                self.level[task] = max(self.level[task] - 1, 0)
+            window.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "level": dict(self.level),
+            "seen": {t: list(v) for t, v in self.seen.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.level.update({t: int(v) for t, v in state["level"].items() if t in self.level})
+        self.seen.update({t: [float(x) for x in v] for t, v in state["seen"].items() if t in self.seen})
+
+    def metrics(self) -> dict[str, float]:
+        figures: dict[str, float] = {}
+        for task, index in self.level.items():
+            figures[f"difficulty/{task}"] = float(self.levels[index])
+            window = self.seen[task]
+            if window:
+                figures[f"window_pass_rate/{task}"] = sum(window) / len(window)
+        return figures
