@@ -765,6 +765,80 @@ def eval_list(db: str) -> None:
     out.print(table)
 
 
+# ------------------------------------------------------------------------------------ failures
+
+
+@cli.group()
+def failures() -> None:
+    """What a model gets wrong, from an evaluation database: the problems it failed, and its
+    weakness profile."""
+
+
+@failures.command("collect")
+@click.option("--db", default="results.db", show_default=True, help="The results database.")
+@click.option("--run", "run_name", required=True, help="The evaluation run.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Output .jsonl file.")
+@click.option(
+    "--below",
+    type=float,
+    help="Collect problems whose pass rate is below this (default: failed by every sample).",
+)
+def failures_collect(db: str, run_name: str, out_path: str, below: float | None) -> None:
+    """Write the problems RUN failed as a failures file: a problems file (train --problems-file
+    reads it) whose lines also say each problem's pass rate and failure classes."""
+    from .eval.failures import failed_problems
+    from .eval.store import ResultsDB
+    from .io import write_jsonl_atomic
+
+    with ResultsDB(db, create=False) as store:
+        lines = failed_problems(store, run_name, below)
+    write_jsonl_atomic(out_path, lines)
+    classes: Counter[str] = Counter()
+    for line in lines:
+        classes.update(line["failures"]["classes"])
+    mix = ", ".join(f"{k} {v}" for k, v in classes.most_common())
+    err.print(printable(f"{len(lines)} failed problems of run {run_name!r} -> {out_path} (failed samples: {mix})"),
+              markup=False)  # fmt: skip
+
+
+@failures.command("profile")
+@click.option("--db", default="results.db", show_default=True, help="The results database.")
+@click.option("--run", "run_name", required=True, help="The evaluation run.")
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False),
+    help="Where to write profile.json and profile.png (default: beside the database).",
+)
+def failures_profile(db: str, run_name: str, out_dir: str | None) -> None:
+    """Print RUN's weakness profile (pass rate per task and difficulty, 95% Wilson intervals,
+    failure classes) and save it as JSON and a heat map."""
+    from .eval.failures import save_heat_map, weakness_profile
+    from .eval.store import ResultsDB
+    from .io import ensure_dir, write_text_atomic
+
+    with ResultsDB(db, create=False) as store:
+        run = store.require_run(run_name)
+        cells = weakness_profile(store.attempts(run))
+    if not cells:
+        raise UserError(f"run {run_name!r} has no attempts")
+    table = Table("task", "difficulty", "problems", "attempts", "pass rate", "95% interval", "failed samples by class",
+                  box=None, pad_edge=False)  # fmt: skip
+    rows = [c.to_dict() for c in cells]
+    for row in rows:
+        low, high = row["interval_95"]
+        mix = ", ".join(f"{k} {v}" for k, v in sorted(row["failure_classes"].items(), key=lambda kv: -kv[1]))
+        table.add_row(cell(row["task"]), str(row["difficulty"]), str(row["problems"]), str(row["attempts"]),
+                      f"{row['pass_rate']:.1%}", f"{low:.1%}-{high:.1%}", cell(mix))  # fmt: skip
+    out.print(table)
+    target = Path(out_dir) if out_dir else Path(db).resolve().parent
+    ensure_dir(target)
+    stem = "profile-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_name)[:80]
+    write_text_atomic(target / f"{stem}.json", json.dumps({"run": run_name, "cells": rows}, indent=2) + "\n")
+    title = "weakness profile: " + printable(run_name).replace("$", r"\$")[:60]
+    save_heat_map(cells, str(target / f"{stem}.png"), title)
+    err.print(printable(f"wrote {target / stem}.json and .png"), markup=False)
+
+
 # ---------------------------------------------------------------------------------------- main
 
 
