@@ -818,7 +818,7 @@ def failures_profile(db: str, run_name: str, out_dir: str | None) -> None:
 
     with ResultsDB(db, create=False) as store:
         run = store.require_run(run_name)
-        cells = weakness_profile(store.attempts(run))
+        cells = weakness_profile(store.attempts(run), store.problem)
     if not cells:
         raise UserError(f"run {run_name!r} has no attempts")
     table = Table("task", "difficulty", "problems", "attempts", "pass rate", "95% interval", "failed samples by class",
@@ -827,6 +827,8 @@ def failures_profile(db: str, run_name: str, out_dir: str | None) -> None:
     for row in rows:
         low, high = row["interval_95"]
         mix = ", ".join(f"{k} {v}" for k, v in sorted(row["failure_classes"].items(), key=lambda kv: -kv[1]))
+        if row.get("countdown_classes"):
+            mix += " (" + ", ".join(f"{k} {v}" for k, v in row["countdown_classes"].items()) + ")"
         table.add_row(cell(row["task"]), str(row["difficulty"]), str(row["problems"]), str(row["attempts"]),
                       f"{row['pass_rate']:.1%}", f"{low:.1%}-{high:.1%}", cell(mix))  # fmt: skip
     out.print(table)

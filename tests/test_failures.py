@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from axiom_rl.eval.failures import wilson_interval
+from axiom_rl.eval.failures import countdown_class, wilson_interval
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.tasks import generate_problems
 from axiom_rl.verify_files import read_problems_file
@@ -55,6 +55,22 @@ def test_wilson_interval_hand_checked():
     assert math.isclose(sum(wilson_interval(3, 20)) / 2, 1 - sum(wilson_interval(17, 20)) / 2)
 
 
+def test_countdown_failures_get_finer_classes():
+    from axiom_rl.types import Problem
+
+    problem = Problem(
+        id="c", task="countdown", difficulty=1, prompt="", metadata={"numbers": [3, 5], "target": 15}
+    )
+    far = Problem(
+        id="d", task="countdown", difficulty=1, prompt="", metadata={"numbers": [3, 50], "target": 100}
+    )
+    assert countdown_class(problem, "I think it is fifteen") == "no answer"
+    assert countdown_class(problem, "<answer>3 +</answer>") == "no answer"  # not an expression
+    assert countdown_class(problem, "<answer>3 * 5 * 1</answer>") == "numbers misused"
+    assert countdown_class(problem, "<answer>3 + 5</answer>") == "near miss"  # 8: within 10 of 15
+    assert countdown_class(far, "<answer>3 + 50</answer>") == "wrong value"  # 53: 47 away
+
+
 def test_collect_writes_the_failed_problems_as_a_problems_file(database: Path, tmp_path: Path):
     out = tmp_path / "failures.jsonl"
     proc = cli(
@@ -91,6 +107,7 @@ def test_profile_prints_and_saves_pass_rates_with_intervals_and_a_heat_map(datab
     assert (one["difficulty"], one["attempts"], one["passed"], one["problems"]) == (1, 12, 5, 3)
     assert one["interval_95"] == pytest.approx(list(wilson_interval(5, 12)))
     assert one["failure_classes"] == {"format_error": 2, "timeout": 2, "wrong_answer": 3}
+    assert one["countdown_classes"] == {"no answer": 7}
     assert (two["passed"], two["attempts"], two["pass_rate"]) == (0, 8, 0.0)
     png = (tmp_path / "p/profile-sft-eval.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 2000

@@ -16,10 +16,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UserError
-from ..types import PASSED
+from ..types import PASSED, Problem
 from .store import ResultsDB
 
 Z_95 = 1.959963984540054  # the standard normal's 97.5% quantile: two-sided 95% intervals
+NEAR_MISS = 10  # Countdown's own scoring gives points within 10 of the target
+
+
+def countdown_class(problem: Problem, completion: str) -> str:
+    """A failed Countdown answer's finer class: 'no answer' (none, or not an arithmetic
+    expression), 'numbers misused' (not each given number exactly once), 'near miss' (each number
+    once, within 10 of the target, as the game scores), else 'wrong value'."""
+    from ..tasks.countdown import analyse
+
+    metadata = dict(problem.metadata)
+    answer = analyse(list(metadata["numbers"]), int(metadata["target"]), completion)
+    if not answer.has_answer or not answer.parsed or answer.value is None:
+        return "no answer"
+    if not answer.numbers_exact:
+        return "numbers misused"
+    if abs(answer.value - int(metadata["target"])) <= NEAR_MISS:
+        return "near miss"
+    return "wrong value"
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float, float]:
@@ -44,6 +62,7 @@ class Cell:
     passed: int = 0
     problems: set[str] = field(default_factory=set)
     classes: Counter[str] = field(default_factory=Counter)  # failed attempts by status
+    finer: Counter[str] = field(default_factory=Counter)  # Countdown's: by countdown_class
 
     @property
     def pass_rate(self) -> float:
@@ -60,11 +79,14 @@ class Cell:
             "pass_rate": self.pass_rate,
             "interval_95": [low, high],
             "failure_classes": dict(sorted(self.classes.items())),
+            **({"countdown_classes": dict(sorted(self.finer.items()))} if self.finer else {}),
         }
 
 
-def weakness_profile(attempts: Iterable[dict[str, Any]]) -> list[Cell]:
-    """Cells of (task, difficulty) in order, from a run's attempts (ResultsDB.attempts). Each
+def weakness_profile(attempts: Iterable[dict[str, Any]], problem: Any = None) -> list[Cell]:
+    """Cells of (task, difficulty) in order, from a run's attempts (ResultsDB.attempts); with
+    `problem` (an id -> Problem lookup, ResultsDB.problem) Countdown's failures get their finer
+    classes too. Each
     attempt counts once: the interval is over samples, which for one problem are not independent,
     so with several samples a problem it reads narrower than the problems alone would give."""
     cells: dict[tuple[str, int], Cell] = {}
@@ -77,6 +99,8 @@ def weakness_profile(attempts: Iterable[dict[str, Any]]) -> list[Cell]:
             cell.passed += 1
         else:
             cell.classes[a["status"]] += 1
+            if problem is not None and a["task"] == "countdown":
+                cell.finer[countdown_class(problem(a["problem_id"]), a["completion"])] += 1
     return [cells[k] for k in sorted(cells)]
 
 
@@ -97,14 +121,14 @@ def failed_problems(db: ResultsDB, run_name: str, below: float | None = None) ->
         rate = passed / len(samples)
         if (rate >= below) if below is not None else passed > 0:
             continue
-        classes = Counter(a["status"] for a in samples if a["status"] != PASSED)
-        lines.append(
-            {
-                **db.problem(problem_id).to_dict(),
-                "failures": {"run": run_name, "pass_rate": rate, "samples": len(samples),
-                             "classes": dict(sorted(classes.items()))},
-            }
-        )  # fmt: skip
+        failed = [a for a in samples if a["status"] != PASSED]
+        problem = db.problem(problem_id)
+        record: dict[str, Any] = {"run": run_name, "pass_rate": rate, "samples": len(samples),
+                                  "classes": dict(sorted(Counter(a["status"] for a in failed).items()))}  # fmt: skip
+        if problem.task == "countdown":
+            finer = Counter(countdown_class(problem, a["completion"]) for a in failed)
+            record["countdown_classes"] = dict(sorted(finer.items()))
+        lines.append({**problem.to_dict(), "failures": record})
     if not lines:
         what = "every sample of any problem" if below is None else f"any problem below a pass rate of {below}"
         raise UserError(f"run {run_name!r} failed no problem ({what}): nothing to collect")
