@@ -159,3 +159,51 @@ def test_a_failures_file_trains(database: Path, tmp_path: Path):
                                num_generations=2, max_completion_length=8, output_dir=str(tmp_path / "run"),
                                save_every=0))  # fmt: skip
     assert result.steps == 1 and {r["completions"] for r in result.metrics} == {4}
+    # and as a source, mixed with fresh Countdown problems, the replayed ones' pass rate logged
+    result = train(TrainConfig(model="tiny", tiny_size="nano", tasks=["countdown"], steps=2, prompts_per_step=2,
+                               num_generations=2, max_completion_length=8, output_dir=str(tmp_path / "mixed"),
+                               save_every=0, source={"name": "failures", "file": str(out), "fresh": 0.5}))  # fmt: skip
+    assert result.steps == 2 and any(k.startswith("source/") for r in result.metrics for k in r)
+
+
+def test_the_failures_source_replays_the_file_mixed_with_fresh_problems(database: Path, tmp_path: Path):
+    import re as regex
+
+    from axiom_rl.errors import UserError
+    from axiom_rl.sources import Outcome, SourceContext, make_source
+    from axiom_rl.types import PASSED, WRONG_ANSWER, Verdict
+
+    out = tmp_path / "failures.jsonl"
+    assert (
+        cli(
+            "failures", "collect", "--db", str(database), "--run", "sft-eval", "--out", str(out), cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    failed_ids = {json.loads(line)["id"] for line in out.read_text().splitlines()}
+    context = SourceContext(("countdown",), (1, 2), seed=4)
+    spec = {"name": "failures", "file": str(out), "fresh": 0.25}
+    source = make_source(spec, context)
+    drawn = source.next_batch(2000)
+    replayed = [p for p in drawn if p.id in failed_ids]
+    assert len(replayed) / 2000 == pytest.approx(0.75, abs=0.03)
+    assert {p.id for p in replayed} == failed_ids  # every failed problem comes back
+    assert all(p.task == "countdown" and p.difficulty in (1, 2) for p in drawn)
+    only = make_source({**spec, "fresh": 0.0}, context)
+    assert {p.id for p in only.next_batch(9)} == failed_ids  # three passes over the three
+    # what it reports: the replayed problems' pass rate beside the fresh ones'
+    batch = source.next_batch(4)
+    source.observe([Outcome(p, ("", ""), (Verdict(PASSED, 1, 1), Verdict(WRONG_ANSWER, 0, 1)), (1.0, 0.0))
+                    for p in batch])  # fmt: skip
+    assert set(source.metrics().values()) == {0.5}
+    restored = make_source(spec, context)
+    restored.load_state_dict(json.loads(json.dumps(source.state_dict())))
+    assert [p.id for p in restored.next_batch(20)] == [p.id for p in source.next_batch(20)]
+    assert restored.metrics() == source.metrics()
+    for bad, message in (
+        ({"name": "failures"}, "needs file"),
+        ({"name": "failures", "file": str(tmp_path / "none.jsonl")}, "no such problems file"),
+        ({**spec, "fresh": 1.0}, "fresh must be in [0, 1)"),
+    ):
+        with pytest.raises(UserError, match=regex.escape(message)):
+            make_source(bad, context)

@@ -147,7 +147,7 @@ def test_the_built_in_sources_and_their_errors():
     for spec, message in (
         (
             {"name": "nope"},
-            "unknown problem source 'nope'; choose from: adaptive, file, learnability, ",
+            "unknown problem source 'nope'; choose from: adaptive, failures, file, ",
         ),
         ({"name": "uniform", "rate": 1}, "problem source 'uniform' does not take rate; it takes: nothing"),
         ({"name": "file"}, "problem source 'file' needs --problems-file"),

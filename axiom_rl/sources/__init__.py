@@ -11,6 +11,7 @@ an uninterrupted one would; what it reports (`metrics`) goes into metrics.jsonl 
     learnability  (task, difficulty) pairs drawn in proportion to p(1 - p) of their pass rates
     schedule  the difficulties in turn, easiest first, a fixed number of problems each
     adaptive  per task, a difficulty moved to keep its pass rate in a band (curriculum.py)
+    failures  a failures file's problems replayed, mixed with fresh ones
 
 A new source is one class with `@register_source("name")`; the training config's `source:`
 section picks it by name and passes the rest as its parameters (docs/training.md, "Writing a
@@ -19,11 +20,12 @@ problem source").
 
 from .base import SOURCES, Outcome, Source, SourceContext, make_source, outcomes, register_source
 from .builtin import FileSource, UniformSource
-from .curriculum import AdaptiveSource, LearnabilitySource, ScheduleSource
+from .curriculum import AdaptiveSource, FailuresSource, LearnabilitySource, ScheduleSource
 
 __all__ = [
     "SOURCES",
     "AdaptiveSource",
+    "FailuresSource",
     "FileSource",
     "LearnabilitySource",
     "Outcome",

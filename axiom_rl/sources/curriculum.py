@@ -10,6 +10,9 @@ rate through `observe` and draw where it is neither 0 nor 1:
                   variance of a pass/fail reward, the signal a group can carry)
     schedule      the run's difficulties in turn, easiest first, `every` problems each (a ramp
                   fixed in advance, the baseline the adaptive ones are measured against)
+    failures      replays the problems of a failures file (`axiom-rl failures collect`: what an
+                  evaluated model failed), mixed with fresh problems of the run's tasks so that
+                  the rest is not forgotten (the seeds' "GRPO only on what SFT fails")
     adaptive      per task, one difficulty at a time, moved up when the pass rate over a window
                   of problems is above a band and down when below it (AdaRFT, Shi et al. 2025,
                   arXiv 2504.05520, keeps a target success rate the same way)
@@ -26,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UserError
-from ..train.problems import ProblemStream
+from ..train.problems import FileProblemStream, ProblemStream
 from ..types import Problem
 from .base import Outcome, Source, SourceContext, register_source
 
@@ -232,3 +235,58 @@ class AdaptiveSource(PairSource):
             if window:
                 figures[f"window_pass_rate/{task}"] = sum(window) / len(window)
         return figures
+
+
+@register_source("failures")
+class FailuresSource(PairSource):
+    """The problems of `file` (a failures file, or any problems file), reshuffled each pass, each
+    draw a fresh problem of the run's tasks and difficulties instead with probability `fresh`.
+    Reports the share of replayed problems that passed so far (`replay_pass_rate`) beside the
+    fresh ones' (`fresh_pass_rate`): learning the one, forgetting the other."""
+
+    def __init__(self, context: SourceContext, file: str = "", fresh: float = 0.25) -> None:
+        super().__init__(context)
+        from ..verify_files import read_problems_file
+
+        if not file:
+            raise UserError(
+                "problem source 'failures' needs file: a failures file (axiom-rl failures collect)"
+            )
+        if not 0.0 <= fresh < 1.0:
+            raise UserError(f"failures' fresh must be in [0, 1), got {fresh}")
+        self.fresh = fresh
+        self.replayed = FileProblemStream(read_problems_file(file), context.seed, context.rank, context.world)
+        self.replay_ids: set[str] = {p.id for p in self.replayed.problems}
+        self.passed = {"replay": 0.0, "fresh": 0.0}
+        self.seen = {"replay": 0, "fresh": 0}
+
+    def next_batch(self, n: int) -> list[Problem]:
+        return [
+            self.stream.take_from(
+                self.rng.choice(self.context.tasks), self.rng.choice(self.context.difficulties)
+            )
+            if self.rng.random() < self.fresh
+            else self.replayed.next()
+            for _ in range(n)
+        ]
+
+    def observe(self, results: Sequence[Outcome]) -> None:
+        for outcome in results:
+            kind = "replay" if outcome.problem.id in self.replay_ids else "fresh"
+            self.passed[kind] += outcome.pass_rate
+            self.seen[kind] += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "replayed": self.replayed.state_dict(), "passed": dict(self.passed),
+                "seen": dict(self.seen)}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.replayed.load_state_dict(state["replayed"])
+        self.passed = {k: float(state["passed"][k]) for k in self.passed}
+        self.seen = {k: int(state["seen"][k]) for k in self.seen}
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            f"{kind}_pass_rate": self.passed[kind] / self.seen[kind] for kind in self.seen if self.seen[kind]
+        }
