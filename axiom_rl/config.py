@@ -80,7 +80,8 @@ class TrainConfig(ModelOptions):
     source: dict[str, Any] = field(default_factory=dict)
     """Where the problems come from, and what learns from the results (YAML): {name: NAME, and its
     parameters}, a registered problem source (axiom_rl.sources: uniform, file, schedule,
-    failures, learnability, adaptive). Empty: 'file' with --problems-file, else 'uniform' over --task x --difficulty."""
+    failures, learnability, adaptive). Empty: 'file' with --problems-file, else 'uniform' over
+    --task x --difficulty."""
     prompt_style: str = "auto"
     """'full', 'compact' (short prompts for character-level models) or auto (compact for the
     built-in model)."""
