@@ -155,8 +155,9 @@ def save_heat_map(cells: list[Cell], path: str, title: str) -> None:
     axes.set_yticks(range(len(tasks)), tasks)
     axes.set_xlabel("difficulty")
     for c in cells:
+        dark = c.pass_rate < 0.25 or c.pass_rate > 0.85  # the colour map's dark ends: white text
         axes.text(levels.index(c.difficulty), tasks.index(c.task), f"{c.pass_rate:.0%}\nn={c.attempts}",
-                  ha="center", va="center", fontsize=7)  # fmt: skip
+                  ha="center", va="center", fontsize=7, color="white" if dark else "black")  # fmt: skip
     figure.colorbar(image, ax=axes, label="pass rate")
     axes.set_title(title, fontsize=9)
     figure.tight_layout()
