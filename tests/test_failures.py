@@ -143,46 +143,43 @@ def test_a_run_that_failed_nothing_is_refused(tmp_path: Path):
     assert not (tmp_path / "f.jsonl").exists()
 
 
-def test_a_failures_file_trains(database: Path, tmp_path: Path):
+@pytest.fixture
+def collected(database: Path, tmp_path: Path) -> Path:
+    """The fixture run's failures file, as `failures collect` writes it."""
+    out = tmp_path / "failures.jsonl"
+    proc = cli(
+        "failures", "collect", "--db", str(database), "--run", "sft-eval", "--out", str(out), cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_a_failures_file_trains(collected: Path, tmp_path: Path):
     """`train --problems-file` on what the run failed: one real step of the built-in model."""
     from axiom_rl.config import TrainConfig
     from axiom_rl.train.grpo import train
 
-    out = tmp_path / "failures.jsonl"
-    assert (
-        cli(
-            "failures", "collect", "--db", str(database), "--run", "sft-eval", "--out", str(out), cwd=tmp_path
-        ).returncode
-        == 0
-    )
-    result = train(TrainConfig(model="tiny", tiny_size="nano", problems_file=str(out), steps=1, prompts_per_step=2,
+    result = train(TrainConfig(model="tiny", tiny_size="nano", problems_file=str(collected), steps=1, prompts_per_step=2,
                                num_generations=2, max_completion_length=8, output_dir=str(tmp_path / "run"),
                                save_every=0))  # fmt: skip
     assert result.steps == 1 and {r["completions"] for r in result.metrics} == {4}
     # and as a source, mixed with fresh Countdown problems, the replayed ones' pass rate logged
     result = train(TrainConfig(model="tiny", tiny_size="nano", tasks=["countdown"], steps=2, prompts_per_step=2,
                                num_generations=2, max_completion_length=8, output_dir=str(tmp_path / "mixed"),
-                               save_every=0, source={"name": "failures", "file": str(out), "fresh": 0.5}))  # fmt: skip
+                               save_every=0, source={"name": "failures", "file": str(collected), "fresh": 0.5}))  # fmt: skip
     assert result.steps == 2 and any(k.startswith("source/") for r in result.metrics for k in r)
 
 
-def test_the_failures_source_replays_the_file_mixed_with_fresh_problems(database: Path, tmp_path: Path):
+def test_the_failures_source_replays_the_file_mixed_with_fresh_problems(collected: Path, tmp_path: Path):
     import re as regex
 
     from axiom_rl.errors import UserError
     from axiom_rl.sources import Outcome, SourceContext, make_source
     from axiom_rl.types import PASSED, WRONG_ANSWER, Verdict
 
-    out = tmp_path / "failures.jsonl"
-    assert (
-        cli(
-            "failures", "collect", "--db", str(database), "--run", "sft-eval", "--out", str(out), cwd=tmp_path
-        ).returncode
-        == 0
-    )
-    failed_ids = {json.loads(line)["id"] for line in out.read_text().splitlines()}
+    failed_ids = {json.loads(line)["id"] for line in collected.read_text().splitlines()}
     context = SourceContext(("countdown",), (1, 2), seed=4)
-    spec = {"name": "failures", "file": str(out), "fresh": 0.25}
+    spec = {"name": "failures", "file": str(collected), "fresh": 0.25}
     source = make_source(spec, context)
     drawn = source.next_batch(2000)
     replayed = [p for p in drawn if p.id in failed_ids]
