@@ -24,7 +24,6 @@ RNG of their own, and their estimates are part of their checkpointed state.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,19 +37,10 @@ def _pair_key(task: str, difficulty: int) -> str:
     return f"{task}/{difficulty}"
 
 
-def _rng_state(rng: random.Random) -> list[Any]:
-    version, internal, gauss = rng.getstate()
-    return [version, list(internal), gauss]
-
-
-def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
-    version, internal, gauss = state
-    rng.setstate((version, tuple(internal), gauss))
-
-
 class PairSource(Source):
-    """A source that picks (task, difficulty) pairs itself and takes each pair's next generated
-    problem; what it has taken and its RNG are its state, besides whatever its subclass keeps."""
+    """A source that picks (task, difficulty) pairs itself, with the seeded RNG of the stream it
+    takes each pair's next generated problem from; the stream's state (that RNG, and what it has
+    taken) is its state, besides whatever its subclass keeps."""
 
     def __init__(self, context: SourceContext) -> None:
         super().__init__(context)
@@ -62,7 +52,7 @@ class PairSource(Source):
         self.stream = ProblemStream(
             context.tasks, context.difficulties, context.seed, rank=context.rank, world=context.world
         )
-        self.rng = random.Random(f"axiom-rl/source/{self.name}/{context.seed}/{context.rank}")
+        self.rng = self.stream.rng  # one seeded RNG for the picks, saved with the stream
 
     def pick(self) -> tuple[str, int]:
         raise NotImplementedError
@@ -71,11 +61,10 @@ class PairSource(Source):
         return [self.stream.take_from(*self.pick()) for _ in range(n)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"stream": self.stream.state_dict(), "rng": _rng_state(self.rng)}
+        return {"stream": self.stream.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stream.load_state_dict(state["stream"])
-        _set_rng_state(self.rng, state["rng"])
 
 
 @register_source("learnability")
