@@ -173,19 +173,30 @@ def clipped_surrogate_loss(
         r = ratio.detach().expand_as(logprobs)
         low = ((r < 1 - eps_low) & (adv < 0)).to(mask.dtype)
         high = ((r > 1 + eps_high) & (adv > 0)).to(mask.dtype)
-        valid = mask.bool()
         metrics = {
             "clip_frac_low": float(masked_mean(low, mask)),
             "clip_frac_high": float(masked_mean(high, mask)),
             "clip_frac": float(masked_mean(low + high, mask)),
-            "ratio_mean": float(masked_mean(r, mask)),
-            "ratio_min": float(r[valid].min()) if valid.any() else 1.0,
-            "ratio_max": float(r[valid].max()) if valid.any() else 1.0,
-            "kl": float(masked_mean(kl.detach(), mask)) if kl is not None else 0.0,
+            **ratio_kl_entropy_metrics(r, kl, logits, mask),
         }
-        if logits is not None:
-            metrics["entropy"] = float(masked_mean(entropy_from_logits(logits.detach()), mask))
     return loss, metrics
+
+
+def ratio_kl_entropy_metrics(
+    ratio: torch.Tensor, kl: torch.Tensor | None, logits: torch.Tensor | None, mask: torch.Tensor
+) -> dict[str, float]:
+    """What every loss reports beside its own figures: the importance ratio's masked mean and
+    extremes, the KL estimate's masked mean (0 without one) and, given logits, the entropy."""
+    valid = mask.bool()
+    metrics = {
+        "ratio_mean": float(masked_mean(ratio, mask)),
+        "ratio_min": float(ratio[valid].min()) if valid.any() else 1.0,
+        "ratio_max": float(ratio[valid].max()) if valid.any() else 1.0,
+        "kl": float(masked_mean(kl.detach(), mask)) if kl is not None else 0.0,
+    }
+    if logits is not None:
+        metrics["entropy"] = float(masked_mean(entropy_from_logits(logits.detach()), mask))
+    return metrics
 
 
 SURROGATE_OPTIONS = frozenset(inspect.signature(clipped_surrogate_loss).parameters) - {
@@ -307,19 +318,13 @@ def decoupled_regularised_loss(
 
     with torch.no_grad():
         r = torch.exp(logprobs.detach() - old).expand_as(logprobs)
-        valid = mask.bool()
         metrics = {
             "clip_frac_low": 0.0,
             "clip_frac_high": 0.0,
             "clip_frac": 0.0,
-            "ratio_mean": float(masked_mean(r, mask)),
-            "ratio_min": float(r[valid].min()) if valid.any() else 1.0,
-            "ratio_max": float(r[valid].max()) if valid.any() else 1.0,
-            "kl": float(masked_mean(kl.detach(), mask)) if kl is not None else 0.0,
+            **ratio_kl_entropy_metrics(r, kl, logits, mask),
             "sequence_log_ratio_sq": float((log_ratio.detach() ** 2).mean()),
         }
-        if logits is not None:
-            metrics["entropy"] = float(masked_mean(entropy_from_logits(logits.detach()), mask))
     return loss, metrics
 
 
