@@ -78,10 +78,11 @@ class TrainConfig(ModelOptions):
     """Train on the problems of this JSONL file instead (`problems import` output: MBPP, HumanEval;
     or `problems export`), in a seeded order reshuffled each pass; not with --task or --difficulty."""
     source: dict[str, Any] = field(default_factory=dict)
-    """Where the problems come from, and what learns from the results (YAML): {name: NAME, and its
-    parameters}, a registered problem source (axiom_rl.sources: uniform, file, schedule,
-    failures, learnability, adaptive). Empty: 'file' with --problems-file, else 'uniform' over
-    --task x --difficulty."""
+    """Where the problems come from, and what learns from the results: a registered problem source
+    (axiom_rl.sources: uniform, file, schedule, failures, learnability, adaptive) and its
+    parameters, as NAME or NAME:key=value,... (failures:file=failures.jsonl,fresh=0.25; YAML:
+    {name: failures, file: failures.jsonl}). Empty: 'file' with --problems-file, else 'uniform'
+    over --task x --difficulty."""
     prompt_style: str = "auto"
     """'full', 'compact' (short prompts for character-level models) or auto (compact for the
     built-in model)."""
@@ -291,7 +292,7 @@ class EvalConfig:
 # Flag names of the seeds' scripts, accepted as aliases.
 ALIASES = {"problems": "tasks", "generations": "num_generations", "task": "tasks"}
 
-_NO_CLI = {"advantage_params", "loss_params", "source"}  # YAML only
+_NO_CLI = {"advantage_params", "loss_params"}  # YAML only
 
 
 def _speed_from_text(text: str) -> dict[str, Any]:
@@ -300,8 +301,37 @@ def _speed_from_text(text: str) -> dict[str, Any]:
     return parse_speed_option(text)
 
 
+def _scalar(text: str) -> Any:
+    """A command-line parameter's value: an int, a float, true/false, or else the text itself."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def source_from_text(text: str) -> dict[str, Any]:
+    """--source NAME or NAME:key=value,key=value as the mapping a YAML `source:` gives."""
+    name, _, rest = text.partition(":")
+    if not name.strip():
+        raise UserError(f"--source: expected NAME or NAME:key=value,..., got {text!r}")
+    params: dict[str, Any] = {"name": name.strip()}
+    for item in (part.strip() for part in rest.split(",")):
+        if not item:
+            continue
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            raise UserError(f"--source {name.strip()}: expected key=value, got {item!r}")
+        params[key.strip()] = _scalar(value.strip())
+    return params
+
+
 # Mapping fields that also take a command-line string: how it is read.
-_FROM_TEXT = {"speed": _speed_from_text}
+_FROM_TEXT = {"speed": _speed_from_text, "source": source_from_text}
 
 
 @cache

@@ -173,3 +173,35 @@ def test_outcomes_split_rows_into_groups_and_say_their_pass_rate():
     with pytest.raises(ValueError, match="do not split"):
         outcomes(problems, ["a", "b", "c"], verdicts[:3], [0.0] * 3)
     assert Source(SourceContext(("t",), (1,))).metrics() == {}
+
+
+def test_a_source_and_its_parameters_from_the_command_line(tmp_path, capsys):
+    from axiom_rl.cli import main
+    from axiom_rl.config import source_from_text
+
+    assert source_from_text("failures:file=f.jsonl,fresh=0.25") == {
+        "name": "failures",
+        "file": "f.jsonl",
+        "fresh": 0.25,
+    }
+    assert source_from_text(" learnability : floor=1e-3, decay=1 ") == {
+        "name": "learnability",
+        "floor": 1e-3,
+        "decay": 1,
+    }
+    code = main(["train", "--model", "tiny", "--tiny-size", "nano", "--difficulty", "1-2", "--steps", "1",
+                 "--prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "4",
+                 "--source", "schedule:every=3", "--output-dir", str(tmp_path / "run")])  # fmt: skip
+    assert code == 0
+    capsys.readouterr()
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["source"] == {"name": "schedule", "every": 3}
+    for given, message in (
+        ("schedule:every", "--source schedule: expected key=value, got 'every'"),
+        (":every=3", "--source: expected NAME or NAME:key=value"),
+        ("schedule:pace=3", "problem source 'schedule' does not take pace; it takes: every"),
+    ):
+        code = main(["train", "--model", "tiny", "--source", given, "--output-dir", str(tmp_path / "bad")])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1
+        assert not (tmp_path / "bad").exists()
