@@ -6,7 +6,7 @@ numbers and skipped; everything else is still verified.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +16,8 @@ from .io import read_jsonl
 from .rewards import compute_reward
 from .sandbox import Sandbox, pool_size
 from .tasks.importers import mbpp_problem_id
-from .tasks.registry import TASKS
-from .types import Problem
+from .tasks.registry import TASKS, get_task
+from .types import PASSED, Problem, Verdict
 from .verifier import verify_many
 
 
@@ -46,11 +46,36 @@ def load_problems(path: str | Path, errors: list[str]) -> dict[str, Problem]:
             errors.append(f"{where}: expected a JSON object")
         elif problem.task not in TASKS:
             errors.append(f"{where}: unknown task {problem.task!r}")
+        elif malformed := _malformed(problem):
+            errors.append(f"{where}: not a problem ({malformed})")
         elif problem.id in problems:
             errors.append(f"{where}: duplicate problem id {problem.id!r}")
         else:
             problems[problem.id] = problem
     return problems
+
+
+def _malformed(problem: Problem) -> str:
+    """Why its task cannot use this problem, or ''."""
+    try:
+        get_task(problem.task).check_problem(problem)
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
+def unverified_references(problems: Sequence[Problem]) -> list[tuple[Problem, Verdict]]:
+    """The problems whose reference solution fails their own checks (a problem without one is
+    taken as it is), each with its verdict: such a problem cannot be solved as written. Code runs
+    in a sandbox, started only when one of the problems needs it."""
+    checked = [p for p in problems if p.reference_solution is not None]
+    completions = [get_task(p.task).reference_completion(p, "full") for p in checked]
+    if any(get_task(p.task).runs_code for p in checked):
+        with Sandbox() as sandbox:
+            verdicts = verify_many(checked, completions, sandbox)
+    else:
+        verdicts = verify_many(checked, completions)
+    return [(p, v) for p, v in zip(checked, verdicts) if v.status != PASSED]
 
 
 def read_problems_file(path: str) -> list[Problem]:

@@ -204,3 +204,28 @@ def test_the_failures_source_replays_the_file_mixed_with_fresh_problems(collecte
     ):
         with pytest.raises(UserError, match=regex.escape(message)):
             make_source(bad, context)
+
+
+def test_a_failures_file_whose_problems_do_not_verify_is_refused(collected: Path, tmp_path: Path):
+    """A problem whose reference solution fails its own checks (a Countdown target changed; a code
+    problem whose tests disagree with its solution, judged in the real sandbox), or whose
+    metadata its task cannot read: one line, exit 2, no run directory."""
+    lines = [json.loads(line) for line in collected.read_text().splitlines()]
+    wrong_target = dict(
+        lines[1], metadata={**lines[1]["metadata"], "target": lines[1]["metadata"]["target"] + 1}
+    )
+    no_numbers = dict(lines[0], metadata={"target": 5})
+    (code,) = generate_problems("fizzbuzz", 1, 1, seed=0)
+    wrong_test = code.to_dict()
+    wrong_test["tests"][0]["expected"] = "not what it returns"
+    cases = [
+        ([lines[0], wrong_target], f"problem {wrong_target['id']!r} does not verify: its reference solution gets wrong_answer"),
+        ([wrong_test], f"problem {code.id!r} does not verify: its reference solution gets wrong_answer"),
+        ([lines[0], no_numbers], "bad.jsonl:2: not a problem (a countdown problem needs metadata.numbers"),
+    ]  # fmt: skip
+    for problems, message in cases:
+        (tmp_path / "bad.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+        proc = cli("train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--steps", "1",
+                   "--source", "failures:file=bad.jsonl", "--output-dir", "run", cwd=tmp_path)  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        assert not (tmp_path / "run").exists()

@@ -235,7 +235,7 @@ class FailuresSource(PairSource):
 
     def __init__(self, context: SourceContext, file: str = "", fresh: float = 0.25) -> None:
         super().__init__(context)
-        from ..verify_files import read_problems_file
+        from ..verify_files import read_problems_file, unverified_references
 
         if not file:
             raise UserError(
@@ -244,7 +244,15 @@ class FailuresSource(PairSource):
         if not 0.0 <= fresh < 1.0:
             raise UserError(f"failures' fresh must be in [0, 1), got {fresh}")
         self.fresh = fresh
-        self.replayed = FileProblemStream(read_problems_file(file), context.seed, context.rank, context.world)
+        problems = read_problems_file(file)
+        broken = unverified_references(problems)
+        if broken:
+            (problem, verdict), more = broken[0], len(broken) - 1
+            raise UserError(
+                f"{file}: problem {problem.id!r} does not verify: its reference solution gets"
+                f" {verdict.status}" + (f" (and {more} more problems)" if more else "")
+            )
+        self.replayed = FileProblemStream(problems, context.seed, context.rank, context.world)
         self.replay_ids: set[str] = {p.id for p in self.replayed.problems}
         self.passed = {"replay": 0.0, "fresh": 0.0}
         self.seen = {"replay": 0, "fresh": 0}

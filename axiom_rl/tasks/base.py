@@ -84,6 +84,11 @@ class Task:
         """Judge one completion. `sandbox`/`limits` matter only to tasks that run code."""
         raise NotImplementedError
 
+    def check_problem(self, problem: Problem) -> None:
+        """Raise ValueError, saying why, when a problem read from a file lacks what this task's
+        prompts and scoring read (a file is anyone's to write). Default: nothing beyond the fields
+        every problem has."""
+
 
 @functools.cache
 def _source_of(fn: Callable[..., Any]) -> str:

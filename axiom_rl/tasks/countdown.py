@@ -39,6 +39,16 @@ FULL_PREFIX = "Let me solve this step by step.\n<think>"
 COMPACT_PREFIX = "<answer>"
 
 
+# What a problem read from a file may hold: far beyond any difficulty's, small enough that every
+# expression over them stays cheap to evaluate.
+MAX_NUMBERS = 12
+LARGEST = 10**9
+
+
+def _small_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= LARGEST
+
+
 def difficulty_params(difficulty: int) -> tuple[int, int, int]:
     """(how many numbers, largest number, largest target) for a difficulty 1-10."""
     count = 3 + (difficulty - 1) // 3  # 3,3,3,4,4,4,5,5,5,6
@@ -206,6 +216,17 @@ class Countdown(Task):
             reference_solution=expression,
             metadata={"numbers": numbers, "target": target},
         )
+
+    def check_problem(self, problem: Problem) -> None:
+        numbers, target = problem.metadata.get("numbers"), problem.metadata.get("target")
+        if not isinstance(numbers, list) or not 1 <= len(numbers) <= MAX_NUMBERS:
+            raise ValueError(
+                f"a countdown problem needs metadata.numbers: a list of 1-{MAX_NUMBERS} integers"
+            )
+        if not all(_small_int(n) for n in numbers) or not _small_int(target):
+            raise ValueError(
+                f"a countdown problem's numbers and target must be integers of at most {LARGEST:,}"
+            )
 
     def render(self, problem: Problem, style: str = "full") -> str:
         if style == "compact":
