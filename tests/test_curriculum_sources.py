@@ -4,6 +4,7 @@ determinism under a seed, exact resume, no starvation, and a real CPU run resume
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -13,6 +14,7 @@ from test_sources import TIMING, Anything, Lowercase, run_config
 
 from axiom_rl.errors import UserError
 from axiom_rl.sources import Outcome, SourceContext, make_source
+from axiom_rl.sources.curriculum import InformativeReplay
 from axiom_rl.tasks import register_task
 from axiom_rl.tasks.registry import TASKS as TASK_REGISTRY
 from axiom_rl.train.grpo import train
@@ -34,7 +36,13 @@ def outcome(task: str, difficulty: int, passed: int, of: int = 4) -> Outcome:
     """A problem of `task` at `difficulty` whose `passed` of `of` completions passed."""
     verdicts = tuple(Verdict(PASSED if i < passed else WRONG_ANSWER, 0, 1) for i in range(of))
     problem = Problem(id=f"{task}-{difficulty}", task=task, difficulty=difficulty, prompt="")
-    return Outcome(problem, ("",) * of, verdicts, (0.0,) * of)
+    return Outcome(problem, ("",) * of, verdicts, tuple(float(v.ok) for v in verdicts))
+
+
+def scored(problem: Problem, *rewards: float) -> Outcome:
+    """`problem`'s group, with these rewards (a reward of 1 passed)."""
+    verdicts = tuple(Verdict(PASSED if r == 1.0 else WRONG_ANSWER, 0, 1) for r in rewards)
+    return Outcome(problem, ("",) * len(rewards), verdicts, rewards)
 
 
 def test_learnability_weighs_pairs_by_p_times_one_minus_p_with_a_floor():
@@ -75,8 +83,63 @@ def test_learnability_draws_in_proportion_and_starves_nothing():
         assert drawn[key] / 4000 == pytest.approx(weight / total, abs=0.02), key
 
 
+def test_informative_replay_keeps_what_split_its_group_and_draws_it_by_variance():
+    replay = InformativeReplay(size=2, uses=2)
+    a, b, c, d = (Problem(id=name, task="test_anything", difficulty=1, prompt="") for name in "abcd")
+    replay.observe(scored(a, 1.0, 0.0, 0.0, 0.0))  # variance 3/16
+    replay.observe(scored(b, 1.0, 1.0, 0.0, 0.0))  # 1/4
+    replay.observe(scored(c, 0.0, 0.0, 0.0, 0.0))  # all alike: nothing to learn, not kept
+    assert [(e["problem"].id, e["variance"]) for e in replay.entries] == [("a", 0.1875), ("b", 0.25)]
+    replay.observe(scored(d, 0.0, 0.0, 0.0, 1.0))  # 3/16 too: over size, the oldest weakest (a) goes
+    assert [e["problem"].id for e in replay.entries] == ["b", "d"]
+    rng = random.Random(0)
+    assert sorted(p.id for p in replay.draw(rng, 5)) == ["b", "d"]  # distinct, at most what it holds
+    replay.observe(scored(b, 0.0, 0.0, 0.0, 0.0))  # came back all alike: leaves
+    replay.observe(scored(d, 1.0, 0.0, 1.0, 0.0))  # still splits: stays, its variance now 1/4
+    assert [(e["problem"].id, e["variance"], e["drawn"]) for e in replay.entries] == [("d", 0.25, 1)]
+    assert [p.id for p in replay.draw(rng, 1)] == ["d"]
+    replay.observe(scored(d, 1.0, 0.0, 1.0, 0.0))  # drawn `uses` times: leaves, however it did
+    assert replay.entries == []
+    # drawn in proportion to variance: 1/4 against 1/16
+    counts: Counter = Counter()
+    for _ in range(4000):
+        replay.entries = [
+            {"problem": a, "variance": 0.25, "drawn": 0},
+            {"problem": b, "variance": 0.0625, "drawn": 0},
+        ]
+        counts.update(p.id for p in replay.draw(rng, 1))
+    assert counts["a"] / 4000 == pytest.approx(0.8, abs=0.02)
+
+
+def test_learnability_with_replay_mixes_the_buffer_in_and_keeps_its_estimates_on_fresh_problems():
+    source = make_source({"name": "learnability", "replay": 0.5, "buffer": 64, "uses": 100},
+                         SourceContext(TASKS, (1, 2), seed=3))  # fmt: skip
+    first = source.next_batch(8)
+    assert source.metrics()["replay/drawn"] == 0.0  # nothing seen yet: all fresh
+    source.observe([scored(p, 1.0, 0.0) for p in first])  # every group split: all kept
+    assert source.metrics()["replay/buffer"] == 8.0
+    estimates = dict(source.estimates)
+    again, drawn = 0, 0
+    for _ in range(50):
+        batch = source.next_batch(8)
+        replayed = [p for p in batch if p.id in {q.id for q in first}]
+        again, drawn = again + len(replayed), drawn + len(batch)
+        source.observe([scored(p, 0.0, 1.0) for p in replayed])  # still split: they stay
+    assert again / drawn == pytest.approx(0.5, abs=0.06)
+    assert source.estimates == estimates  # replayed problems' outcomes leave the pairs' estimates alone
+    fresh = [p for p in source.next_batch(8) if p.id not in {q.id for q in first}]
+    source.observe([scored(fresh[0], 0.0, 0.0)])
+    assert source.estimates != estimates  # a fresh problem's do move them
+
+
 @pytest.mark.parametrize(
-    "spec", [{"name": "learnability"}, {"name": "adaptive", "window": 2}, {"name": "schedule", "every": 4}]
+    "spec",
+    [
+        {"name": "learnability"},
+        {"name": "learnability", "replay": 0.5, "buffer": 4, "uses": 2},
+        {"name": "adaptive", "window": 2},
+        {"name": "schedule", "every": 4},
+    ],
 )
 def test_a_curriculum_source_is_deterministic_and_resumes_exactly(spec):
     context = SourceContext(TASKS, (1, 2, 3), seed=5)
@@ -153,7 +216,14 @@ def test_curriculum_sources_refuse_bad_parameters_in_one_line():
         make_source({"name": "learnability"}, SourceContext(TASKS, (1,), problems=problems))
 
 
-@pytest.mark.parametrize("spec", [{"name": "learnability", "decay": 0.5}, {"name": "adaptive", "window": 2}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "learnability", "decay": 0.5},
+        {"name": "learnability", "replay": 0.5},
+        {"name": "adaptive", "window": 2},
+    ],
+)
 def test_a_curriculum_source_drives_a_real_run_resumed_bit_for_bit(tmp_path: Path, spec):
     """Killed after 2 of 4 steps and resumed: the same metrics, the source's figures among them, as
     a run that went straight through."""

@@ -67,16 +67,92 @@ class PairSource(Source):
         self.stream.load_state_dict(state["stream"])
 
 
+def reward_variance(outcome: Outcome) -> float:
+    """The population variance of a group's rewards: what a group-relative update learns from (0
+    when they are all equal; p(1 - p) for pass/fail rewards passed with probability p)."""
+    rewards = outcome.rewards
+    if not rewards:
+        return 0.0
+    mean = sum(rewards) / len(rewards)
+    return sum((r - mean) ** 2 for r in rewards) / len(rewards)
+
+
+class InformativeReplay:
+    """Problems whose last group's rewards differed, kept to be drawn again in proportion to that
+    variance: a problem the model sometimes solves is one its next group will likely still split
+    on, where a fresh problem may be one it always or never solves. Each is drawn at most `uses`
+    times; one whose group comes back all alike leaves; past `size` problems the least
+    informative goes (the oldest of equals). Sampling for learnability from a buffer of
+    high-learnability problems mixed with fresh ones, as Rutherford et al. 2024 (SFL) and Foster &
+    Foerster 2025 (arXiv 2502.12272) do."""
+
+    def __init__(self, size: int, uses: int) -> None:
+        self.size, self.uses = size, uses
+        self.entries: list[dict[str, Any]] = []  # {"problem", "variance", "drawn"}, oldest first
+
+    def draw(self, rng: Any, n: int) -> list[Problem]:
+        """Up to n distinct problems, in proportion to their variance (fewer when it holds fewer)."""
+        pool = list(range(len(self.entries)))
+        chosen: list[int] = []
+        while pool and len(chosen) < n:
+            pick = rng.choices(pool, weights=[self.entries[i]["variance"] for i in pool])[0]
+            pool.remove(pick)
+            chosen.append(pick)
+        for i in chosen:
+            self.entries[i]["drawn"] += 1
+        return [self.entries[i]["problem"] for i in chosen]
+
+    def observe(self, outcome: Outcome) -> None:
+        variance = reward_variance(outcome)
+        index = next((i for i, e in enumerate(self.entries) if e["problem"].id == outcome.problem.id), None)
+        if index is not None:
+            entry = self.entries[index]
+            if variance == 0.0 or entry["drawn"] >= self.uses:
+                del self.entries[index]
+            else:
+                entry["variance"] = variance
+            return
+        if variance > 0.0 and self.uses > 0:
+            self.entries.append({"problem": outcome.problem, "variance": variance, "drawn": 0})
+            if len(self.entries) > self.size:
+                weakest = min(range(len(self.entries)), key=lambda i: self.entries[i]["variance"])
+                del self.entries[weakest]
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [{**e, "problem": e["problem"].to_dict()} for e in self.entries]
+
+    def load_state_dict(self, state: list[dict[str, Any]]) -> None:
+        self.entries = [
+            {
+                "problem": Problem.from_dict(e["problem"]),
+                "variance": float(e["variance"]),
+                "drawn": int(e["drawn"]),
+            }
+            for e in state
+        ]
+
+
 @register_source("learnability")
 class LearnabilitySource(PairSource):
     """Pairs drawn in proportion to max(p(1 - p), floor), p each pair's pass rate: an exponential
     moving average of its problems' pass rates (`decay` the weight of the past; `prior` before the
     first). With p = 0.5 everywhere at the start every pair is equally likely; a pair the model
     always solves or always fails keeps `floor` (relative to the 0.25 of p = 0.5), so it is still
-    seen and its estimate can recover."""
+    seen and its estimate can recover.
+
+    With `replay` > 0, that share of each batch is drawn again from the problems already seen
+    whose rewards differed (InformativeReplay: up to `buffer` of them, each at most `uses` times),
+    the rest fresh as above."""
 
     def __init__(
-        self, context: SourceContext, decay: float = 0.8, floor: float = 0.02, prior: float = 0.5
+        self,
+        context: SourceContext,
+        decay: float = 0.8,
+        floor: float = 0.02,
+        prior: float = 0.5,
+        replay: float = 0.0,
+        buffer: int = 256,
+        uses: int = 4,
     ) -> None:
         super().__init__(context)
         if not 0.0 <= decay < 1.0:
@@ -85,8 +161,17 @@ class LearnabilitySource(PairSource):
             raise UserError(f"learnability's floor must be in (0, 0.25], got {floor}")
         if not 0.0 <= prior <= 1.0:
             raise UserError(f"learnability's prior must be in [0, 1], got {prior}")
-        self.decay, self.floor = decay, floor
+        if not 0.0 <= replay < 1.0:
+            raise UserError(f"learnability's replay must be in [0, 1), got {replay}")
+        if buffer < 1 or uses < 1:
+            raise UserError(f"learnability's buffer and uses must be >= 1, got {buffer} and {uses}")
+        self.decay, self.floor, self.replay = decay, floor, replay
         self.estimates = {_pair_key(t, d): prior for t, d in self.pairs}
+        self.replayed = InformativeReplay(buffer, uses)
+        self.drawn_again = 0  # problems of the last batch drawn from the replay buffer
+        # Drawn again and not observed yet: their outcomes do not move the pairs' estimates,
+        # which describe fresh problems (a replayed problem was chosen for splitting its group).
+        self.awaited: set[str] = set()
 
     def weights(self) -> list[float]:
         """Each pair's weight, in the order of `pairs`."""
@@ -97,20 +182,38 @@ class LearnabilitySource(PairSource):
     def pick(self) -> tuple[str, int]:
         return self.rng.choices(self.pairs, weights=self.weights())[0]
 
+    def next_batch(self, n: int) -> list[Problem]:
+        again = sum(self.rng.random() < self.replay for _ in range(n)) if self.replay else 0
+        batch = self.replayed.draw(self.rng, again)
+        self.drawn_again = len(batch)
+        self.awaited.update(p.id for p in batch)
+        return batch + [self.stream.take_from(*self.pick()) for _ in range(n - len(batch))]
+
     def observe(self, results: Sequence[Outcome]) -> None:
         for outcome in results:
             key = _pair_key(outcome.problem.task, outcome.problem.difficulty)
-            if key in self.estimates:
+            if outcome.problem.id in self.awaited:
+                self.awaited.discard(outcome.problem.id)
+            elif key in self.estimates:
                 self.estimates[key] = (
                     self.decay * self.estimates[key] + (1.0 - self.decay) * outcome.pass_rate
                 )
+            if self.replay:
+                self.replayed.observe(outcome)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "estimates": dict(self.estimates)}
+        return {
+            **super().state_dict(),
+            "estimates": dict(self.estimates),
+            "replayed": self.replayed.state_dict(),
+            "awaited": sorted(self.awaited),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.estimates.update({k: float(v) for k, v in state["estimates"].items() if k in self.estimates})
+        self.replayed.load_state_dict(state.get("replayed", []))
+        self.awaited = {str(i) for i in state.get("awaited", [])}
 
     def metrics(self) -> dict[str, float]:
         total = sum(self.weights())
@@ -119,6 +222,9 @@ class LearnabilitySource(PairSource):
             key = _pair_key(*pair)
             figures[f"pass_rate/{key}"] = self.estimates[key]
             figures[f"share/{key}"] = weight / total
+        if self.replay:
+            figures["replay/buffer"] = float(len(self.replayed.entries))
+            figures["replay/drawn"] = float(self.drawn_again)
         return figures
 
 
