@@ -344,8 +344,8 @@ def report(args: argparse.Namespace) -> None:
             base_mean = statistics.mean(statistics.mean(data[f"sources/s{s}/base"].values()) for s in seeds)
             acc = [statistics.mean(statistics.mean(r["curve"][str(k)].values()) for r in runs) for k in steps]
             ax2.plot([0, *steps], [base_mean, *acc], marker="o", label=arm)
-        ax1.set(xlabel="step", ylabel="zero-variance fraction (25-step moving average)", ylim=(0, 1))
-        ax2.set(xlabel="step", ylabel="held-out sampled accuracy, mean of d1-4")
+        ax1.set(xlabel="step", ylabel="zero-variance fraction", title="25-step moving average", ylim=(0, 1))
+        ax2.set(xlabel="step", ylabel="held-out sampled accuracy", title="mean of difficulties 1-4")
         for ax in (ax1, ax2):
             ax.legend()
             ax.grid(alpha=0.3)
@@ -382,14 +382,12 @@ def report(args: argparse.Namespace) -> None:
                 mean = [statistics.mean(r[key][i] for r in runs) for i in range(n)]
                 smooth = [statistics.mean(mean[max(0, i - 24) : i + 1]) for i in range(n)]
                 ax.plot(range(1, n + 1), smooth, label=arm)
-        ax1.set(xlabel="step", ylabel="zero-variance fraction (25-step moving average)", ylim=(0, 1))
-        ax2.set(xlabel="step", ylabel="reward standard deviation in the batch (25-step moving average)")
+        ax1.set(xlabel="step", ylabel="zero-variance fraction", title="25-step moving average", ylim=(0, 1))
+        ax2.set(xlabel="step", ylabel="reward std in the batch", title="25-step moving average")
         for ax in (ax1, ax2):
             ax.legend()
             ax.grid(alpha=0.3)
-        fig.suptitle(
-            f"GRPO and DGRO on what the SFT base failed, mean of seeds {fseeds} (more SFT has no groups)"
-        )
+        fig.suptitle(f"Training on what the SFT base failed, mean of seeds {fseeds}")
         fig.tight_layout()
         fig.savefig(out / "failures.png", dpi=110)
         print(f"\nplot: {out / 'failures.png'}")
