@@ -608,3 +608,28 @@ def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_run():
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["warnings"] == []
     assert f"removing {stale}, left by a build that was killed" in proc.stderr
+
+
+def test_the_packaged_ninja_builds_whatever_path_names_first(tmp_path, monkeypatch):
+    """A system's ninja first on PATH (a shell without the venv's bin) would rebuild everything the
+    packaged one built, and the other way round; the build always runs the `ninja` package's."""
+    ninja = pytest.importorskip("ninja")
+    fake = tmp_path / "ninja"
+    fake.write_text("#!/bin/sh\necho 1.0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert shutil.which("ninja") == str(fake)
+    native.use_packaged_ninja()
+    assert shutil.which("ninja") == os.path.join(ninja.BIN_DIR, "ninja")
+    path = os.environ["PATH"]
+    native.use_packaged_ninja()  # already first: PATH left as it is
+    assert os.environ["PATH"] == path
+
+
+def test_each_installation_of_torch_builds_its_own_library(monkeypatch):
+    """Two venvs name their own torch's headers in the build's commands: one directory each, or
+    each rebuilds what the other built."""
+    here = native.build_directory()
+    monkeypatch.setattr(torch, "__file__", "/elsewhere/site-packages/torch/__init__.py")
+    elsewhere = native.build_directory()
+    assert here.parent == elsewhere.parent and here != elsewhere

@@ -87,8 +87,8 @@ def choice() -> str:
 def build_directory() -> Path:
     """Where the built library lives: under TORCH_EXTENSIONS_DIR (as torch's own builds) or
     ~/.cache/torch_extensions, one per Python and PyTorch version (torch's default names no
-    PyTorch version, and a library built against another PyTorch would not load) and per content
-    of the sources. They are compiled from copies in that directory, so two checkouts of
+    PyTorch version, and a library built against another PyTorch would not load), per
+    installation of torch, and per content of the sources. They are compiled from copies in that directory, so two checkouts of
     the same code share one build: torch's build file names the source's path, and a build
     shared by checkouts at two paths was rebuilt, silently, whenever the other one had last
     loaded it."""
@@ -96,22 +96,33 @@ def build_directory() -> Path:
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    # torch's headers and libraries are named by their path in the build's commands: a build per
+    # installation of torch (a venv), so that two venvs do not rebuild each other's.
     digest = hashlib.sha256(
-        b"".join(s.read_bytes() for s in SOURCES + HEADERS) + " ".join(CFLAGS).encode()
+        b"".join(s.read_bytes() for s in SOURCES + HEADERS)
+        + " ".join(CFLAGS).encode()
+        + str(Path(torch.__file__).parent).encode()
     ).hexdigest()[:12]
     return Path(root) / f"axiom_rl-{python}-torch{torch.__version__}" / f"decode_step-{digest}"
+
+
+def use_packaged_ninja() -> None:
+    """Put the `ninja` package's binary (a dependency) first on PATH, whatever PATH named first:
+    ninja 1.13 and a system's 1.11 each rebuild everything the other built (1-3 minutes on 2
+    cores), so a shell with the venv on PATH and one without took turns recompiling the library.
+    Without the package, PATH's ninja (or torch's load says that ninja is missing)."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    if shutil.which("ninja") != str(Path(ninja.BIN_DIR) / "ninja"):
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
 def _build() -> Callable[..., torch.Tensor]:
     from torch.utils.cpp_extension import load
 
-    if shutil.which("ninja") is None:  # pip's ninja sits beside this interpreter, which PATH may not name
-        try:
-            import ninja
-
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-        except ImportError:
-            pass  # torch's load says that ninja is missing
+    use_packaged_ninja()
     where = build_directory()
     where.mkdir(parents=True, exist_ok=True)
     with _builders_lock(where):
