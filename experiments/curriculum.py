@@ -393,7 +393,7 @@ def report(args: argparse.Namespace) -> None:
         print(f"\nplot: {out / 'failures.png'}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -406,7 +406,7 @@ def main() -> None:
     parser.add_argument("--collect-count", type=int, default=400, help="train-split problems per difficulty")
     parser.add_argument("--sft-steps", type=int, default=700, help="the base's SFT steps (the quickstart's)")
     parser.add_argument("--out", default="runs/curriculum")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     {"sources": run_sources, "failures": run_failures, "report": report}[args.experiment](args)
 

@@ -1,0 +1,72 @@
+"""experiments/curriculum.py: its split of held-out problems by what the base did, by hand, and the
+whole script run end to end at a tiny size (its figures are measured by running it, not here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from axiom_rl.eval.store import Attempt, ResultsDB
+from axiom_rl.tasks import generate_problems
+
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "curriculum.py"
+
+
+@pytest.fixture(scope="module")
+def curriculum():
+    spec = importlib.util.spec_from_file_location("curriculum_experiment", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_held_out_accuracy_splits_by_what_the_base_failed(curriculum, tmp_path: Path):
+    a, b, c = generate_problems("countdown", 1, 3, seed=0)
+    passed = {("base", a.id): 0, ("base", b.id): 1, ("base", c.id): 4, ("after", a.id): 1, ("after", b.id): 2,
+              ("after", c.id): 3}  # fmt: skip
+    with ResultsDB(tmp_path / "r.db") as db:
+        for name in ("base", "after"):
+            run = db.start_run(name, "tiny", {})
+            db.add_batch(run, [a, b, c], [
+                Attempt(p.id, s, "x", float(s < passed[name, p.id]), "passed" if s < passed[name, p.id] else "wrong_answer",
+                        int(s < passed[name, p.id]), 1, 3, 0.0)
+                for p in (a, b, c) for s in range(4)
+            ])  # fmt: skip
+    split = curriculum.held_out_split(tmp_path / "r.db", "base", "after")
+    # a: failed by the base (every sample), 1 of 4 after; b and c: the rest, 2 + 3 of 8 after
+    assert split == {"failed": 0.25, "rest": 5 / 8, "failed_n": 1, "rest_n": 2}
+
+
+@pytest.mark.slow
+def test_the_experiment_runs_resumes_and_reports(curriculum, tmp_path: Path, capsys):
+    tiny = ["--seeds", "0", "--steps", "2", "--eval-every", "1", "--eval-count", "2", "--collect-count", "3",
+            "--sft-steps", "5", "--out", str(tmp_path)]  # fmt: skip
+
+    def run(*args: str) -> str:
+        curriculum.main(list(args))
+        return capsys.readouterr().out
+
+    run("sources", "--arms", "uniform", "learnability-replay", *tiny)
+    run("failures", *tiny)
+    results = json.loads((tmp_path / "results.json").read_text())
+    uniform = results["sources/s0/uniform"]
+    assert sorted(uniform["curve"], key=int) == ["1", "2"] and len(uniform["zero_std_frac"]) == 2
+    assert set(uniform["curve"]["2"]) == {"1", "2", "3", "4"}  # held-out accuracy per difficulty
+    assert {"failed", "rest", "wall_s"} <= set(results["failures/s0/failures-dgro"])
+    collected = [json.loads(line) for line in (tmp_path / "failures-s0.jsonl").read_text().splitlines()]
+    assert collected and all(f["failures"]["run"] == "s0-base-train" for f in collected)
+    before = (tmp_path / "results.json").read_text()
+    assert "learnability-replay" not in run(
+        "sources", "--arms", "learnability-replay", *tiny
+    )  # already there
+    assert (tmp_path / "results.json").read_text() == before
+    report = run("report", "--out", str(tmp_path))
+    assert "| learnability-replay |" in report and "| failures-dgro |" in report
+    assert (tmp_path / "sources.png").stat().st_size > 1000 and (
+        tmp_path / "failures.png"
+    ).stat().st_size > 1000
