@@ -290,19 +290,19 @@ def report(args: argparse.Namespace) -> None:
         print("## sources: held-out sampled accuracy (mean of difficulties 1-4), zero-variance fraction")
         print(f"seeds {seeds}; mean ± standard deviation over seeds\n")
         print(
-            "| source | wall s | zero-variance (mean over steps) | last 100 steps | d1 | d2 | d3 | d4 | mean |"
+            "| source | seeds | wall s | zero-variance (mean over steps) | last 100 steps | d1 | d2 | d3 | d4 | mean |"
         )
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         base = [data[f"sources/s{s}/base"] for s in seeds if f"sources/s{s}/base" in data]
         cells = [spread([b[str(d)] for b in base]) for d in LEVELS]
         print(
-            f"| SFT base | - | - | - | {' | '.join(cells)} | {spread([statistics.mean(b.values()) for b in base])} |"
+            f"| SFT base | {len(base)} | - | - | - | {' | '.join(cells)} | {spread([statistics.mean(b.values()) for b in base])} |"
         )
         for arm in arms:
             runs = [data[f"sources/s{s}/{arm}"] for s in seeds if f"sources/s{s}/{arm}" in data]
             final = [r["curve"][str(max(map(int, r["curve"])))] for r in runs]
             print(
-                f"| {arm} | {spread([r['wall_s'] for r in runs])} | {spread([statistics.mean(r['zero_std_frac']) for r in runs])}"
+                f"| {arm} | {len(runs)} | {spread([r['wall_s'] for r in runs])} | {spread([statistics.mean(r['zero_std_frac']) for r in runs])}"
                 f" | {spread([statistics.mean(r['zero_std_frac'][-100:]) for r in runs])}"
                 f" | {' | '.join(spread([f[str(d)] for f in final]) for d in LEVELS)}"
                 f" | {spread([statistics.mean(f.values()) for f in final])} |"
@@ -339,17 +339,22 @@ def report(args: argparse.Namespace) -> None:
             mean = [statistics.mean(r["zero_std_frac"][i] for r in runs) for i in range(n)]
             window = 25
             smooth = [statistics.mean(mean[max(0, i - window + 1) : i + 1]) for i in range(n)]
-            ax1.plot(range(1, n + 1), smooth, label=arm)
+            label = f"{arm} (seeds {', '.join(str(s) for s in seeds if f'sources/s{s}/{arm}' in data)})"
+            ax1.plot(range(1, n + 1), smooth, label=label)
             steps = sorted(int(k) for k in runs[0]["curve"])
-            base_mean = statistics.mean(statistics.mean(data[f"sources/s{s}/base"].values()) for s in seeds)
             acc = [statistics.mean(statistics.mean(r["curve"][str(k)].values()) for r in runs) for k in steps]
-            ax2.plot([0, *steps], [base_mean, *acc], marker="o", label=arm)
+            base_mean = statistics.mean(
+                statistics.mean(data[f"sources/s{s}/base"].values())
+                for s in seeds
+                if f"sources/s{s}/{arm}" in data
+            )
+            ax2.plot([0, *steps], [base_mean, *acc], marker="o", label=label)
         ax1.set(xlabel="step", ylabel="zero-variance fraction", title="25-step moving average", ylim=(0, 1))
         ax2.set(xlabel="step", ylabel="held-out sampled accuracy", title="mean of difficulties 1-4")
         for ax in (ax1, ax2):
             ax.legend()
             ax.grid(alpha=0.3)
-        fig.suptitle(f"Countdown d1-4 from the quickstart's SFT base, mean of seeds {seeds}")
+        fig.suptitle("Countdown d1-4 from the quickstart's SFT base, mean of each arm's seeds")
         fig.tight_layout()
         fig.savefig(out / "sources.png", dpi=110)
         print(f"\nplot: {out / 'sources.png'}")
