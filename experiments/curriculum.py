@@ -78,6 +78,7 @@ def sft_base(out: Path, seed: int, results: Results, steps: int) -> Path:
     """The quickstart's SFT'd base for this seed (its settings, no time cap), trained once."""
     final = out / f"sft-s{seed}" / "final_model"
     if not (final / "axiom_rl.json").exists():
+        shutil.rmtree(final.parent, ignore_errors=True)  # an SFT stopped before it finished
         start = time.perf_counter()
         sft(SFTConfig(**sft_settings(QuickstartConfig(seed=seed, sft_steps=steps)), output_dir=str(final.parent), save_every=0),
             say=quiet)  # fmt: skip
