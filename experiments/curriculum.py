@@ -43,6 +43,7 @@ from axiom_rl.config import EvalConfig, SFTConfig, TrainConfig  # noqa: E402
 from axiom_rl.eval.evaluate import evaluate  # noqa: E402
 from axiom_rl.eval.failures import failed_problems  # noqa: E402
 from axiom_rl.eval.store import ResultsDB  # noqa: E402
+from axiom_rl.io import write_jsonl_atomic, write_text_atomic  # noqa: E402
 from axiom_rl.quickstart import MAX_TOKENS, QuickstartConfig, sft_settings  # noqa: E402
 from axiom_rl.train.checkpoint import checkpoints  # noqa: E402
 from axiom_rl.train.grpo import train  # noqa: E402
@@ -69,9 +70,7 @@ class Results:
 
     def put(self, key: str, value: Any) -> None:
         self.data[key] = value
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1) + "\n")
-        tmp.replace(self.path)
+        write_text_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
 
 
 def sft_base(out: Path, seed: int, results: Results, steps: int) -> Path:
@@ -178,16 +177,13 @@ def run_sources(args: argparse.Namespace) -> None:
 def held_out_split(db_path: Path, base_run: str, run: str) -> dict[str, float]:
     """Accuracy of `run` on the held-out problems the base run failed with every sample, and on
     the rest (forgetting), from the database."""
-    db = ResultsDB(str(db_path))
-    try:
-        base = {}
+    with ResultsDB(str(db_path)) as db:
+        base: dict[str, list[bool]] = {}
         for a in db.attempts(db.require_run(base_run)):
             base.setdefault(a["problem_id"], []).append(a["status"] == "passed")
         after: dict[str, list[bool]] = {}
         for a in db.attempts(db.require_run(run)):
             after.setdefault(a["problem_id"], []).append(a["status"] == "passed")
-    finally:
-        db.close()
     failed = [p for p, v in base.items() if not any(v)]
     rest = [p for p, v in base.items() if any(v)]
     rate = lambda ids: sum(sum(after[p]) for p in ids) / max(1, sum(len(after[p]) for p in ids))  # noqa: E731
@@ -201,12 +197,9 @@ def run_failures(args: argparse.Namespace) -> None:
         failures = out / f"failures-s{seed}.jsonl"
         if not failures.exists():
             held_out(base, f"s{seed}-base-train", out, seed, args.collect_count, split="train")
-            db = ResultsDB(str(out / "results.db"))
-            try:
+            with ResultsDB(str(out / "results.db")) as db:
                 lines = failed_problems(db, f"s{seed}-base-train")
-            finally:
-                db.close()
-            failures.write_text("".join(json.dumps(line) + "\n" for line in lines))
+            write_jsonl_atomic(failures, lines)
             print(f"seed {seed}: {len(lines)} failed problems collected", flush=True)
         # The held-out problems and the base's and uniform GRPO's attempts on them are the sources
         # experiment's (the same seed, split and count): run it first.

@@ -24,6 +24,7 @@ RNG of their own, and their estimates are part of their checkpointed state.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,11 +71,7 @@ class PairSource(Source):
 def reward_variance(outcome: Outcome) -> float:
     """The population variance of a group's rewards: what a group-relative update learns from (0
     when they are all equal; p(1 - p) for pass/fail rewards passed with probability p)."""
-    rewards = outcome.rewards
-    if not rewards:
-        return 0.0
-    mean = sum(rewards) / len(rewards)
-    return sum((r - mean) ** 2 for r in rewards) / len(rewards)
+    return statistics.pvariance(outcome.rewards) if outcome.rewards else 0.0
 
 
 class InformativeReplay:

@@ -88,10 +88,10 @@ def build_directory() -> Path:
     """Where the built library lives: under TORCH_EXTENSIONS_DIR (as torch's own builds) or
     ~/.cache/torch_extensions, one per Python and PyTorch version (torch's default names no
     PyTorch version, and a library built against another PyTorch would not load), per
-    installation of torch, and per content of the sources. They are compiled from copies in that directory, so two checkouts of
-    the same code share one build: torch's build file names the source's path, and a build
-    shared by checkouts at two paths was rebuilt, silently, whenever the other one had last
-    loaded it."""
+    installation of torch, and per content of the sources. They are compiled from copies in that
+    directory, so two checkouts of the same code share one build: torch's build file names the
+    source's path, and a build shared by checkouts at two paths was rebuilt, silently, whenever
+    the other one had last loaded it."""
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
