@@ -33,6 +33,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,51 @@ from axiom_rl.train.checkpoint import checkpoints  # noqa: E402
 from axiom_rl.train.grpo import train  # noqa: E402
 from axiom_rl.train.sft import sft  # noqa: E402
 
-DIFFICULTY = "1-4"
-LEVELS = (1, 2, 3, 4)
-PROMPTS, G = 16, 8
+
+@dataclass(frozen=True)
+class Setup:
+    """What one comparison trains on and how: its tasks and difficulties, the GRPO settings every
+    arm shares, its SFT base, and how held-out accuracy is broken down (`by`: difficulty or task)."""
+
+    key: str  # results.json's prefix and the run directories'
+    tasks: tuple[str, ...]
+    difficulty: str
+    prompts: int
+    generations: int
+    max_tokens: int
+    temperature: float  # of the rollout and of held-out sampling
+    lr: float
+    beta: float
+    by: str
+    sft: dict[str, Any]
+
+    @property
+    def levels(self) -> list[int]:
+        low, _, high = self.difficulty.partition("-")
+        return list(range(int(low), int(high or low) + 1))
+
+    def columns(self) -> list[str]:
+        return [str(d) for d in self.levels] if self.by == "difficulty" else list(self.tasks)
+
+
+# The quickstart's GRPO settings and SFT base (on difficulty 1), on difficulties 1-4.
+COUNTDOWN = Setup(
+    key="sources", tasks=("countdown",), difficulty="1-4", prompts=16, generations=8, max_tokens=MAX_TOKENS,
+    temperature=1.0, lr=2e-4, beta=0.01, by="difficulty",
+    sft={k: v for k, v in sft_settings(QuickstartConfig()).items() if k not in ("seed", "steps")},
+)  # fmt: skip
+
+# Six code tasks of three families, difficulties 1-5. The built-in model writes each task's one
+# reference program after SFT; sampled at 1.0 it never gets 300 characters right, so the rollout
+# and held-out sampling run at 0.6, with the learning rate and KL weight that code needs (the code
+# configuration in docs/results.md: 2e-4 and 0.01 collapsed it).
+CODE_TASKS = ("fizzbuzz", "is_palindrome", "max_subarray", "house_robber", "edit_distance", "lcs")
+CODE = Setup(
+    key="code", tasks=CODE_TASKS,
+    difficulty="1-5", prompts=4, generations=8, max_tokens=340, temperature=0.6, lr=2e-5, beta=0.04, by="task",
+    sft={"model": "tiny", "tiny_size": "micro", "tasks": list(CODE_TASKS), "difficulty": "1-5", "batch_size": 16, "lr": 2e-3, "lr_schedule": "cosine",
+         "warmup_steps": 20},
+)  # fmt: skip
 
 
 def quiet(message: str) -> None:
@@ -73,40 +116,50 @@ class Results:
         write_text_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
 
 
-def sft_base(out: Path, seed: int, results: Results, steps: int) -> Path:
-    """The quickstart's SFT'd base for this seed (its settings, no time cap), trained once."""
-    final = out / f"sft-s{seed}" / "final_model"
+def sft_base(out: Path, seed: int, results: Results, steps: int, setup: Setup = COUNTDOWN) -> Path:
+    """The setup's SFT'd base for this seed (no time cap), trained once."""
+    prefix = "" if setup is COUNTDOWN else f"{setup.key}-"
+    final = out / f"{prefix}sft-s{seed}" / "final_model"
     if not (final / "axiom_rl.json").exists():
         shutil.rmtree(final.parent, ignore_errors=True)  # an SFT stopped before it finished
         start = time.perf_counter()
-        sft(SFTConfig(**sft_settings(QuickstartConfig(seed=seed, sft_steps=steps)), output_dir=str(final.parent), save_every=0),
-            say=quiet)  # fmt: skip
-        results.put(f"sft/s{seed}", {"seconds": time.perf_counter() - start})
-        print(f"seed {seed}: SFT base in {time.perf_counter() - start:.0f}s", flush=True)
+        sft(
+            SFTConfig(**setup.sft, steps=steps, seed=seed, output_dir=str(final.parent), save_every=0),
+            say=quiet,
+        )
+        results.put(f"{prefix}sft/s{seed}", {"seconds": time.perf_counter() - start})
+        print(f"seed {seed}: {prefix}SFT base in {time.perf_counter() - start:.0f}s", flush=True)
     return final
 
 
 def held_out(
-    model: Path, run: str, out: Path, seed: int, count: int, split: str = "eval"
-) -> dict[int, float]:
-    """Sampled (T=1, 4 samples) accuracy per difficulty on `count` problems of each."""
+    model: Path, run: str, out: Path, seed: int, count: int, split: str = "eval", setup: Setup = COUNTDOWN
+) -> dict[str, float]:
+    """Sampled (4 samples at the setup's temperature) accuracy on `count` problems of each task
+    and difficulty, per difficulty or per task (the mean over the other)."""
     _, summary = evaluate(
-        EvalConfig(model=str(model), tasks=["countdown"], difficulty=DIFFICULTY, count=count, samples=4,
-                   temperature=1.0, seed=seed, split=split, max_completion_length=MAX_TOKENS,
+        EvalConfig(model=str(model), tasks=list(setup.tasks), difficulty=setup.difficulty, count=count, samples=4,
+                   temperature=setup.temperature, seed=seed, split=split, max_completion_length=setup.max_tokens,
                    db=str(out / "results.db"), run_name=run, batch_size=128),
         say=quiet,
     )  # fmt: skip
-    return {int(r["difficulty"]): r["success_rate"] for r in summary}
+    rates: dict[str, list[float]] = {}
+    for row in summary:
+        rates.setdefault(str(row[setup.by]), []).append(row["success_rate"])
+    return {key: statistics.mean(values) for key, values in rates.items()}
 
 
-def grpo(model: Path, run_dir: Path, seed: int, steps: int, every: int, **settings: Any) -> tuple[Any, float]:
+def grpo(
+    model: Path, run_dir: Path, seed: int, steps: int, every: int, setup: Setup = COUNTDOWN, **settings: Any
+) -> tuple[Any, float]:
     shutil.rmtree(run_dir, ignore_errors=True)  # an arm stopped before its results were saved
     start = time.perf_counter()
     result = train(
-        TrainConfig(model=str(model), tasks=["countdown"], difficulty=DIFFICULTY, steps=steps,
-                    prompts_per_step=PROMPTS, num_generations=G, max_completion_length=MAX_TOKENS,
-                    lr=2e-4, lr_schedule="cosine", temperature=1.0, seed=seed, output_dir=str(run_dir),
-                    save_every=every, keep_checkpoints=0, **{"beta": 0.01, **settings}),
+        TrainConfig(model=str(model), tasks=list(setup.tasks), difficulty=setup.difficulty, steps=steps,
+                    prompts_per_step=setup.prompts, num_generations=setup.generations,
+                    max_completion_length=setup.max_tokens, lr=setup.lr, lr_schedule="cosine",
+                    temperature=setup.temperature, seed=seed, output_dir=str(run_dir), save_every=every,
+                    keep_checkpoints=0, **{"beta": setup.beta, **settings}),
         say=quiet,
     )  # fmt: skip
     return result, time.perf_counter() - start
@@ -138,35 +191,38 @@ SOURCES = {
 }
 
 
-def run_sources(args: argparse.Namespace) -> None:
+def run_sources(args: argparse.Namespace, setup: Setup = COUNTDOWN) -> None:
     out, results = Path(args.out), Results(Path(args.out))
+    prefix = "" if setup is COUNTDOWN else f"{setup.key}-"  # the Countdown runs' names predate the code ones
     for seed in args.seeds:
-        base = sft_base(out, seed, results, args.sft_steps)
-        if results.get(f"sources/s{seed}/base") is None:
-            results.put(f"sources/s{seed}/base", held_out(base, f"s{seed}-base", out, seed, args.eval_count))
+        base = sft_base(out, seed, results, args.sft_steps, setup)
+
+        def measure(model: Path, run: str, seed: int = seed) -> dict[str, float]:
+            return held_out(model, prefix + run, out, seed, args.eval_count, setup=setup)
+
+        if results.get(f"{setup.key}/s{seed}/base") is None:
+            results.put(f"{setup.key}/s{seed}/base", measure(base, f"s{seed}-base"))
         for arm in args.arms:
-            key = f"sources/s{seed}/{arm}"
+            key = f"{setup.key}/s{seed}/{arm}"
             if results.get(key) is not None:
                 continue
             source = dict(SOURCES[arm])
             if arm == "schedule":
-                source["every"] = args.steps * PROMPTS // len(LEVELS)
-            run_dir = out / f"s{seed}-{arm}"
-            result, seconds = grpo(base, run_dir, seed, args.steps, args.eval_every, source=source)
+                source["every"] = args.steps * setup.prompts // len(setup.levels)
+            run_dir = out / f"{prefix}s{seed}-{arm}"
+            result, seconds = grpo(base, run_dir, seed, args.steps, args.eval_every, setup, source=source)
             curve = {
-                step: held_out(path / "model", f"s{seed}-{arm}-step{step}", out, seed, args.eval_count)
+                step: measure(path / "model", f"s{seed}-{arm}-step{step}")
                 for step, path in checkpoints(run_dir)
             }
-            curve[args.steps] = held_out(
-                run_dir / "final_model", f"s{seed}-{arm}-final", out, seed, args.eval_count
-            )
+            curve[args.steps] = measure(run_dir / "final_model", f"s{seed}-{arm}-final")
             results.put(
                 key, {"wall_s": seconds, "steps": result.steps, "curve": curve, **step_rows(result.metrics)}
             )
             final = statistics.mean(curve[args.steps].values())
             zero = statistics.mean(step_rows(result.metrics)["zero_std_frac"])
             print(
-                f"seed {seed} {arm:<12} {seconds:5.0f}s  held-out {final:.3f}  zero-variance {zero:.3f}",
+                f"{prefix}seed {seed} {arm:<12} {seconds:5.0f}s  held-out {final:.3f}  zero-variance {zero:.3f}",
                 flush=True,
             )
 
@@ -270,6 +326,86 @@ def spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
+def report_sources(data: dict[str, Any], setup: Setup, out: Path, plt: Any) -> None:
+    """The sources' table, their gains over uniform seed by seed, and OUT/<key>.png."""
+    seeds = sorted({int(k.split("/")[1][1:]) for k in data if k.startswith(f"{setup.key}/")})
+    arms = [a for a in SOURCES if any(f"{setup.key}/s{s}/{a}" in data for s in seeds)]
+    if not arms:
+        return
+    columns = setup.columns()
+    what = f"difficulties {setup.difficulty}" if setup.by == "difficulty" else "tasks"
+    print(f"## {setup.key}: held-out sampled accuracy (mean of {what}), zero-variance fraction")
+    print(f"tasks {', '.join(setup.tasks)}; difficulties {setup.difficulty}; seeds {seeds}; "
+          "mean ± standard deviation over seeds\n")  # fmt: skip
+    print(
+        f"| source | seeds | wall s | zero-variance (mean over steps) | last 100 steps | {' | '.join(columns)} | mean |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: |" + " ---: |" * (len(columns) + 1))
+    base = [data[f"{setup.key}/s{s}/base"] for s in seeds if f"{setup.key}/s{s}/base" in data]
+    cells = [spread([b[c] for b in base]) for c in columns]
+    print(
+        f"| SFT base | {len(base)} | - | - | - | {' | '.join(cells)} | {spread([statistics.mean(b.values()) for b in base])} |"
+    )
+    for arm in arms:
+        runs = [data[f"{setup.key}/s{s}/{arm}"] for s in seeds if f"{setup.key}/s{s}/{arm}" in data]
+        final = [r["curve"][str(max(map(int, r["curve"])))] for r in runs]
+        print(
+            f"| {arm} | {len(runs)} | {spread([r['wall_s'] for r in runs])} | {spread([statistics.mean(r['zero_std_frac']) for r in runs])}"
+            f" | {spread([statistics.mean(r['zero_std_frac'][-100:]) for r in runs])}"
+            f" | {' | '.join(spread([f[c] for f in final]) for c in columns)}"
+            f" | {spread([statistics.mean(f.values()) for f in final])} |"
+        )
+    print("\nAgainst uniform, seed by seed (mean ± standard deviation of the per-seed figures):\n")
+    print(
+        "| source | held-out mean, pts over uniform | zero-variance ÷ uniform's | reaches uniform's final at (× its steps) |"
+    )
+    print("| --- | ---: | ---: | ---: |")
+    for arm in arms:
+        if arm == "uniform":
+            continue
+        gains, ratios, reach = [], [], []
+        for s in seeds:
+            a, u = data.get(f"{setup.key}/s{s}/{arm}"), data.get(f"{setup.key}/s{s}/uniform")
+            if not (a and u):
+                continue
+            last = str(max(map(int, u["curve"])))
+            target = statistics.mean(u["curve"][last].values())
+            gains.append(100 * (statistics.mean(a["curve"][last].values()) - target))
+            ratios.append(statistics.mean(a["zero_std_frac"]) / statistics.mean(u["zero_std_frac"]))
+            hit = [
+                int(k)
+                for k in sorted(a["curve"], key=int)
+                if statistics.mean(a["curve"][k].values()) >= target
+            ]
+            reach.append(hit[0] / int(last) if hit else float("nan"))
+        shown = ", ".join("not reached" if r != r else f"{r:.1f}" for r in reach)
+        print(f"| {arm} | {spread(gains)} | {spread(ratios)} | {shown} |")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for arm in arms:
+        ran = [s for s in seeds if f"{setup.key}/s{s}/{arm}" in data]
+        runs = [data[f"{setup.key}/s{s}/{arm}"] for s in ran]
+        n = min(len(r["zero_std_frac"]) for r in runs)
+        mean = [statistics.mean(r["zero_std_frac"][i] for r in runs) for i in range(n)]
+        window = 25
+        smooth = [statistics.mean(mean[max(0, i - window + 1) : i + 1]) for i in range(n)]
+        label = f"{arm} (seeds {', '.join(map(str, ran))})"
+        ax1.plot(range(1, n + 1), smooth, label=label)
+        steps = sorted(int(k) for k in runs[0]["curve"])
+        acc = [statistics.mean(statistics.mean(r["curve"][str(k)].values()) for r in runs) for k in steps]
+        base_mean = statistics.mean(statistics.mean(data[f"{setup.key}/s{s}/base"].values()) for s in ran)
+        ax2.plot([0, *steps], [base_mean, *acc], marker="o", label=label)
+    ax1.set(xlabel="step", ylabel="zero-variance fraction", title="25-step moving average", ylim=(0, 1))
+    ax2.set(xlabel="step", ylabel="held-out sampled accuracy", title=f"mean of {what}")
+    for ax in (ax1, ax2):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    tasks = "Countdown" if setup is COUNTDOWN else f"{len(setup.tasks)} code tasks"
+    fig.suptitle(f"{tasks}, difficulties {setup.difficulty}, from an SFT base; mean of each arm's seeds")
+    fig.tight_layout()
+    fig.savefig(out / f"{setup.key}.png", dpi=110)
+    print(f"\nplot: {out / f'{setup.key}.png'}")
+
+
 def report(args: argparse.Namespace) -> None:
     import matplotlib
 
@@ -278,80 +414,8 @@ def report(args: argparse.Namespace) -> None:
 
     out, results = Path(args.out), Results(Path(args.out))
     data = results.data
-    seeds = sorted({int(k.split("/")[1][1:]) for k in data if k.startswith("sources/")})
-    arms = [a for a in SOURCES if any(f"sources/s{s}/{a}" in data for s in seeds)]
-    if arms:
-        print("## sources: held-out sampled accuracy (mean of difficulties 1-4), zero-variance fraction")
-        print(f"seeds {seeds}; mean ± standard deviation over seeds\n")
-        print(
-            "| source | seeds | wall s | zero-variance (mean over steps) | last 100 steps | d1 | d2 | d3 | d4 | mean |"
-        )
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        base = [data[f"sources/s{s}/base"] for s in seeds if f"sources/s{s}/base" in data]
-        cells = [spread([b[str(d)] for b in base]) for d in LEVELS]
-        print(
-            f"| SFT base | {len(base)} | - | - | - | {' | '.join(cells)} | {spread([statistics.mean(b.values()) for b in base])} |"
-        )
-        for arm in arms:
-            runs = [data[f"sources/s{s}/{arm}"] for s in seeds if f"sources/s{s}/{arm}" in data]
-            final = [r["curve"][str(max(map(int, r["curve"])))] for r in runs]
-            print(
-                f"| {arm} | {len(runs)} | {spread([r['wall_s'] for r in runs])} | {spread([statistics.mean(r['zero_std_frac']) for r in runs])}"
-                f" | {spread([statistics.mean(r['zero_std_frac'][-100:]) for r in runs])}"
-                f" | {' | '.join(spread([f[str(d)] for f in final]) for d in LEVELS)}"
-                f" | {spread([statistics.mean(f.values()) for f in final])} |"
-            )
-        print("\nAgainst uniform, seed by seed (mean ± standard deviation of the per-seed figures):\n")
-        print(
-            "| source | held-out mean, pts over uniform | zero-variance ÷ uniform's | reaches uniform's final at (× its steps) |"
-        )
-        print("| --- | ---: | ---: | ---: |")
-        for arm in arms:
-            if arm == "uniform":
-                continue
-            gains, ratios, reach = [], [], []
-            for s in seeds:
-                a, u = data.get(f"sources/s{s}/{arm}"), data.get(f"sources/s{s}/uniform")
-                if not (a and u):
-                    continue
-                last = str(max(map(int, u["curve"])))
-                target = statistics.mean(u["curve"][last].values())
-                gains.append(100 * (statistics.mean(a["curve"][last].values()) - target))
-                ratios.append(statistics.mean(a["zero_std_frac"]) / statistics.mean(u["zero_std_frac"]))
-                hit = [
-                    int(k)
-                    for k in sorted(a["curve"], key=int)
-                    if statistics.mean(a["curve"][k].values()) >= target
-                ]
-                reach.append(hit[0] / int(last) if hit else float("nan"))
-            shown = ", ".join("not reached" if r != r else f"{r:.1f}" for r in reach)
-            print(f"| {arm} | {spread(gains)} | {spread(ratios)} | {shown} |")
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-        for arm in arms:
-            runs = [data[f"sources/s{s}/{arm}"] for s in seeds if f"sources/s{s}/{arm}" in data]
-            n = min(len(r["zero_std_frac"]) for r in runs)
-            mean = [statistics.mean(r["zero_std_frac"][i] for r in runs) for i in range(n)]
-            window = 25
-            smooth = [statistics.mean(mean[max(0, i - window + 1) : i + 1]) for i in range(n)]
-            label = f"{arm} (seeds {', '.join(str(s) for s in seeds if f'sources/s{s}/{arm}' in data)})"
-            ax1.plot(range(1, n + 1), smooth, label=label)
-            steps = sorted(int(k) for k in runs[0]["curve"])
-            acc = [statistics.mean(statistics.mean(r["curve"][str(k)].values()) for r in runs) for k in steps]
-            base_mean = statistics.mean(
-                statistics.mean(data[f"sources/s{s}/base"].values())
-                for s in seeds
-                if f"sources/s{s}/{arm}" in data
-            )
-            ax2.plot([0, *steps], [base_mean, *acc], marker="o", label=label)
-        ax1.set(xlabel="step", ylabel="zero-variance fraction", title="25-step moving average", ylim=(0, 1))
-        ax2.set(xlabel="step", ylabel="held-out sampled accuracy", title="mean of difficulties 1-4")
-        for ax in (ax1, ax2):
-            ax.legend()
-            ax.grid(alpha=0.3)
-        fig.suptitle("Countdown d1-4 from the quickstart's SFT base, mean of each arm's seeds")
-        fig.tight_layout()
-        fig.savefig(out / "sources.png", dpi=110)
-        print(f"\nplot: {out / 'sources.png'}")
+    for setup in (COUNTDOWN, CODE):
+        report_sources(data, setup, out, plt)
     fseeds = sorted({int(k.split("/")[1][1:]) for k in data if k.startswith("failures/")})
     if fseeds:
         print("\n## failures: held-out accuracy on the problems the SFT base failed, and on the rest")
@@ -392,22 +456,48 @@ def report(args: argparse.Namespace) -> None:
         print(f"\nplot: {out / 'failures.png'}")
 
 
+# Per experiment: GRPO steps of every arm, steps between held-out evaluations, held-out problems
+# per task and difficulty, the base's SFT steps. Countdown's are the quickstart's; a code step
+# verifies 32 programs of up to 340 tokens, so the code runs are shorter.
+DEFAULTS = {
+    "sources": {"steps": 580, "eval_every": 116, "eval_count": 200, "sft_steps": 700},
+    "failures": {"steps": 580, "eval_every": 116, "eval_count": 200, "sft_steps": 700},
+    "code": {"steps": 80, "eval_every": 40, "eval_count": 4, "sft_steps": 200},
+    "report": {},
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("experiment", choices=("sources", "failures", "report"))
+    parser.add_argument("experiment", choices=tuple(DEFAULTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", choices=tuple(SOURCES), default=list(SOURCES))
-    parser.add_argument("--steps", type=int, default=580, help="GRPO steps of every arm (the quickstart's)")
-    parser.add_argument("--eval-every", type=int, default=116, help="steps between held-out evaluations")
-    parser.add_argument("--eval-count", type=int, default=200, help="held-out problems per difficulty")
+    parser.add_argument(
+        "--steps", type=int, help="GRPO steps of every arm (Countdown: 580, the quickstart's; code: 80)"
+    )
+    parser.add_argument("--eval-every", type=int, help="steps between held-out evaluations (116; code: 40)")
+    parser.add_argument(
+        "--eval-count", type=int, help="held-out problems per task and difficulty (200; code: 4)"
+    )
     parser.add_argument("--collect-count", type=int, default=400, help="train-split problems per difficulty")
-    parser.add_argument("--sft-steps", type=int, default=700, help="the base's SFT steps (the quickstart's)")
+    parser.add_argument(
+        "--sft-steps", type=int, help="the base's SFT steps (700, the quickstart's; code: 200)"
+    )
     parser.add_argument("--out", default="runs/curriculum")
     args = parser.parse_args(argv)
+    for name, value in DEFAULTS[args.experiment].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    {"sources": run_sources, "failures": run_failures, "report": report}[args.experiment](args)
+    run = {
+        "sources": run_sources,
+        "code": lambda a: run_sources(a, CODE),
+        "failures": run_failures,
+        "report": report,
+    }
+    run[args.experiment](args)
 
 
 if __name__ == "__main__":

@@ -70,3 +70,41 @@ def test_the_experiment_runs_resumes_and_reports(curriculum, tmp_path: Path, cap
     assert (tmp_path / "sources.png").stat().st_size > 1000 and (
         tmp_path / "failures.png"
     ).stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_the_code_configuration_measures_each_task(curriculum, tmp_path: Path, capsys):
+    """The code comparison's path (its own SFT base, runs and results keys, held-out accuracy per
+    task) on two tasks with short completions; its figures come from running the script."""
+    import argparse
+    import dataclasses
+
+    import matplotlib
+    from matplotlib import pyplot
+
+    tasks = ("fizzbuzz", "lcs")
+    small = dataclasses.replace(
+        curriculum.CODE, tasks=tasks, difficulty="1-2", max_tokens=12,
+        sft={**curriculum.CODE.sft, "tasks": list(tasks), "difficulty": "1-2"},
+    )  # fmt: skip
+    args = argparse.Namespace(seeds=[0], arms=["uniform", "adaptive"], steps=2, eval_every=1, eval_count=1,
+                              sft_steps=3, out=str(tmp_path))  # fmt: skip
+    curriculum.run_sources(args, small)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {"code-sft/s0", "code/s0/base", "code/s0/uniform", "code/s0/adaptive"} <= set(results)
+    assert set(results["code/s0/adaptive"]["curve"]["2"]) == set(tasks)  # held-out accuracy per task
+    assert (tmp_path / "code-s0-adaptive" / "final_model").is_dir() and (tmp_path / "code-sft-s0").is_dir()
+    with ResultsDB(tmp_path / "results.db") as db:
+        attempts = db.attempts(db.require_run("code-s0-adaptive-final"))
+    assert {a["task"] for a in attempts} == set(tasks) and len(
+        attempts
+    ) == 2 * 2 * 4  # tasks x levels x samples
+    capsys.readouterr()
+    matplotlib.use("Agg")
+    curriculum.report_sources(results, small, tmp_path, pyplot)
+    table = capsys.readouterr().out
+    assert (
+        "| source | seeds | wall s | zero-variance (mean over steps) | last 100 steps | fizzbuzz | lcs | mean |"
+        in table
+    )
+    assert "| adaptive |" in table and (tmp_path / "code.png").stat().st_size > 1000
