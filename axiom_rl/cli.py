@@ -326,21 +326,67 @@ class _SeedsFlags(click.Command):
         return super().parse_args(ctx, rewritten)
 
 
+class ConfigOption(click.Option):
+    """The option of a config field. Its own default is None, meaning "not given", so that it
+    overrides neither a YAML file nor a resumed run's config; its help still shows the field's
+    default and, where the field names one of a set, the names it takes (read from the registries
+    when help is shown, so a registered addition is listed)."""
+
+    def __init__(self, *args: Any, field_default: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.field_default = field_default
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        extra = super().get_help_extra(ctx)
+        value = self.field_default
+        if isinstance(value, bool):
+            extra["default"] = self.opts[0] if value else self.secondary_opts[0]
+        elif isinstance(value, list | tuple) and value:
+            extra["default"] = ",".join(map(str, value))
+        elif value not in (None, "", {}, []):
+            extra["default"] = str(value)
+        return extra
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from .config import field_choices
+
+        record = super().get_help_record(ctx)
+        choices = field_choices(self.name or "")
+        if record is None or not choices:
+            return record
+        spec, text = record
+        own, bracket, extra = text.partition("  [")
+        return spec, f"{own} One of: {', '.join(choices)}.{bracket}{extra}"
+
+
+def _metavar(hint: Any) -> str:
+    """INT, FLOAT or TEXT for a field's type (an optional one's too)."""
+    import typing
+
+    kinds = {int: "INT", float: "FLOAT"}
+    return next((kinds[t] for t in (hint, *typing.get_args(hint)) if t in kinds), "TEXT")
+
+
 def config_options(
     cls: type, aliases: dict[str, list[str]]
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """One click option per config field, default None (= not given), help from the docstring."""
-    from .config import cli_fields
+    from .config import cli_fields, field_choices, field_default
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for name, hint, doc in reversed(cli_fields(cls)):
             flag = "--" + name.replace("_", "-")
+            common = {
+                "cls": ConfigOption,
+                "field_default": field_default(cls, name),
+                "default": None,
+                "help": doc,
+            }
             if hint is bool:
-                fn = click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=doc)(fn)
+                fn = click.option(f"{flag}/--no-{flag[2:]}", name, **common)(fn)
             else:
-                fn = click.option(
-                    flag, *aliases.get(name, []), name, default=None, help=doc, metavar="VALUE"
-                )(fn)
+                metavar = "NAME" if field_choices(name) else _metavar(hint)
+                fn = click.option(flag, *aliases.get(name, []), name, metavar=metavar, **common)(fn)
         return fn
 
     return decorate

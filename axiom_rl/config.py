@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
+import importlib
 import inspect
 import json
 import textwrap
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
@@ -33,9 +35,9 @@ class ModelOptions:
     model: str = "tiny"
     """'tiny' (the built-in model), a local model directory, or a Hugging Face hub name."""
     tiny_size: str = "tiny"
-    """Size of the built-in model: nano, micro, tiny (~3M parameters) or small."""
+    """Size of the built-in model (tiny: about 3M parameters)."""
     finetune: str = "auto"
-    """'lora', 'full', or 'auto' (LoRA for models over 100M parameters, else full)."""
+    """LoRA adapters or the full model; auto: LoRA for models over 100M parameters."""
     lora_r: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -48,7 +50,7 @@ class ModelOptions:
     """With LoRA: save final_model with the adapter merged into the weights (always, for the
     built-in tiny model, whose base is saved nowhere else)."""
     dtype: str = "auto"
-    """fp32, bf16, fp16, or auto (bf16 on a GPU that supports it, else fp32)."""
+    """Weights' dtype; auto: bf16 on a GPU that supports it, else fp32."""
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto."""
 
@@ -79,17 +81,15 @@ class TrainConfig(ModelOptions):
     or `problems export`), in a seeded order reshuffled each pass; not with --task or --difficulty."""
     source: dict[str, Any] = field(default_factory=dict)
     """Where the problems come from, and what learns from the results: a registered problem source
-    (axiom_rl.sources: uniform, file, schedule, failures, learnability, adaptive) and its
-    parameters, as NAME or NAME:key=value,... (failures:file=failures.jsonl,fresh=0.25; YAML:
+    (axiom_rl.sources) and its parameters, as NAME or NAME:key=value,... (failures:file=failures.jsonl,fresh=0.25; YAML:
     {name: failures, file: failures.jsonl}). Empty: 'file' with --problems-file, else 'uniform'
     over --task x --difficulty."""
     prompt_style: str = "auto"
-    """'full', 'compact' (short prompts for character-level models) or auto (compact for the
-    built-in model)."""
+    """compact: short prompts for character-level models; auto: compact for the built-in model."""
     chat_template: str = "auto"
-    """Wrap prompts with the tokenizer's chat template: on, off, or auto (when it has one)."""
+    """Wrap prompts with the tokenizer's chat template; auto: when it has one."""
     rewards: str = "auto"
-    """Reward components 'name:weight,...' (rewards.py), or auto (each task's default)."""
+    """Reward components as name:weight,... (docs/training.md), or auto: each task's default."""
     # -- rollout ----------------------------------------------------------------------------
     prompts_per_step: int = 4
     """Prompts per rollout (B)."""
@@ -107,22 +107,22 @@ class TrainConfig(ModelOptions):
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens with this much probability."""
     rollout_backend: str = "auto"
-    """How completions are generated: 'fast' (axiom-rl's decode loop for Qwen2-architecture
-    models), 'hf' (transformers generate), or auto (fast where it supports the model)."""
+    """How completions are generated: fast, axiom-rl's decode loop for Qwen2-architecture models;
+    hf, transformers' generate; auto, fast where it supports the model."""
     # -- algorithm --------------------------------------------------------------------------
     advantage: str = "grpo"
-    """Advantage estimator (ADVANTAGES in axiom_rl.algorithms)."""
+    """Advantage estimator (docs/algorithms.md)."""
     advantage_params: dict[str, Any] = field(default_factory=dict)
     """Extra parameters for the estimator (YAML), e.g. {beta_reward: 2.0} for dgro."""
     loss_type: str = "grpo"
-    """Policy loss (LOSSES): grpo, dr_grpo, dapo, bnpo, hybrid, gspo, dgro."""
+    """Policy loss (docs/algorithms.md)."""
     loss_params: dict[str, Any] = field(default_factory=dict)
     """Further options of the loss (YAML; docs/algorithms.md): dual_clip, kl_bias_correction,
     importance_sampling, hybrid_alpha for the clipped losses; beta_sampling for dgro."""
     beta: float = 0.04
     """KL coefficient; 0 loads and runs no reference model."""
     kl_estimator: str = "k3"
-    """KL estimator: k1, k2 or k3."""
+    """KL estimator (Schulman's k1, k2, k3)."""
     clip_eps: float = 0.2
     """Clipping epsilon (the low side, and the high side unless clip_eps_high is set)."""
     clip_eps_high: float | None = None
@@ -145,7 +145,7 @@ class TrainConfig(ModelOptions):
     lr: float = 1e-5
     """Peak learning rate (AdamW)."""
     lr_schedule: str = "constant"
-    """constant, linear or cosine (decay to 0 at the last step)."""
+    """Learning-rate schedule after warm-up (linear and cosine decay to 0 at the last step)."""
     warmup_steps: int = 0
     """Linear warm-up steps."""
     weight_decay: float = 0.0
@@ -196,9 +196,9 @@ class SFTConfig(ModelOptions):
     difficulty: str = "1"
     """A difficulty (5) or an inclusive range (1-3)."""
     prompt_style: str = "auto"
-    """full, compact, or auto (compact for the built-in model)."""
+    """compact: short prompts for character-level models; auto: compact for the built-in model."""
     chat_template: str = "auto"
-    """Use the tokenizer's chat template: on, off, auto."""
+    """Wrap prompts with the tokenizer's chat template; auto: when it has one."""
     problems_file: str = ""
     """Train on the reference solutions of this JSONL file's problems instead (`problems import`
     output: MBPP, HumanEval; or `problems export`), in a seeded order reshuffled each pass; not with
@@ -215,7 +215,7 @@ class SFTConfig(ModelOptions):
     lr: float = 1e-3
     """Peak learning rate (AdamW)."""
     lr_schedule: str = "cosine"
-    """constant, linear or cosine."""
+    """Learning-rate schedule after warm-up (linear and cosine decay to 0 at the last step)."""
     warmup_steps: int = 20
     """Linear warm-up steps."""
     weight_decay: float = 0.0
@@ -256,7 +256,7 @@ class EvalConfig:
     top_p: float = 1.0
     """Nucleus sampling threshold."""
     split: str = "eval"
-    """Problem split: eval (held out from training) or train."""
+    """Problem split: eval is held out from training."""
     seed: int = 0
     """Seed of the problem set and of sampling."""
     max_completion_length: int = 256
@@ -264,9 +264,9 @@ class EvalConfig:
     max_prompt_length: int = 1024
     """Longer prompts are truncated on the left."""
     prompt_style: str = "auto"
-    """full, compact, or auto (what the model was trained with)."""
+    """compact: short prompts for character-level models; auto: what the model was trained with."""
     chat_template: str = "auto"
-    """Use the tokenizer's chat template: on, off, auto."""
+    """Wrap prompts with the tokenizer's chat template; auto: when it has one."""
     batch_size: int = 64
     """Prompts generated at once (each with `samples` completions)."""
     db: str = "results.db"
@@ -276,7 +276,7 @@ class EvalConfig:
     tiny_size: str = "tiny"
     """Size of the built-in model when --model tiny."""
     dtype: str = "auto"
-    """fp32, bf16, fp16 or auto."""
+    """Weights' dtype; auto: bf16 on a GPU that supports it, else fp32."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto."""
     workers: int | None = None
@@ -456,6 +456,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def unknown_option(key: str, names: Iterable[str]) -> str:
+    """The error for an option no config has: the likeliest meant one, else every name."""
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    if close:
+        return f"unknown option {key!r}; did you mean {close[0]!r}?"
+    return f"unknown option {key!r}; options are: {', '.join(sorted(names))}"
+
+
 def build_config(
     cls: type, yaml_path: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> Any:
@@ -466,7 +474,7 @@ def build_config(
         for key, value in source.items():
             key = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
             if key not in names:
-                raise UserError(f"unknown option {key!r}; options are: {', '.join(sorted(names))}")
+                raise UserError(unknown_option(key, names))
             values[key] = coerce(cls, key, value)
     return cls(**values)
 
@@ -479,6 +487,53 @@ def save_config(config: Any, path: str | Path) -> None:
     from .io import write_text_atomic
 
     write_text_atomic(path, json.dumps(to_dict(config), indent=2) + "\n")
+
+
+def _fixed(*values: str) -> Callable[[], tuple[str, ...]]:
+    return lambda: values
+
+
+def _registry(module: str, attribute: str, *first: str) -> Callable[[], tuple[str, ...]]:
+    """The names of a registry, read when asked (so a registered addition is listed, and
+    `--help` imports torch only when shown)."""
+    return lambda: (*first, *getattr(importlib.import_module(module, __package__), attribute))
+
+
+# The values an option takes where it names one of a fixed set or of a registry: `--help` lists
+# them and the commands check against them. `rewards` and `source` take these names with weights
+# or parameters after them.
+_CHOICES: dict[str, Callable[[], tuple[str, ...]]] = {
+    "tiny_size": _registry(".models.tiny", "TINY_SIZES"),
+    "finetune": _registry(".models.load", "FINETUNE_MODES"),
+    "dtype": _registry(".models.load", "DTYPES", "auto"),
+    "prompt_style": _fixed("auto", "full", "compact"),
+    "chat_template": _fixed("auto", "on", "off"),
+    "rewards": lambda: (
+        *_registry(".rewards", "REWARDS", "auto")(),
+        *_registry(".reward_stage", "COMPONENTS")(),
+    ),
+    "source": _registry(".sources", "SOURCES"),
+    "rollout_backend": _registry(".rollout", "BACKENDS"),
+    "advantage": _registry(".algorithms", "ADVANTAGES"),
+    "loss_type": _registry(".algorithms", "LOSSES"),
+    "kl_estimator": _registry(".algorithms", "KL_ESTIMATORS"),
+    "krpo_key": _fixed("task_difficulty", "task", "problem"),
+    "lr_schedule": _fixed("constant", "linear", "cosine"),
+    "overlap_verification": _registry(".verifier", "OVERLAP_CHOICES"),
+    "split": _registry(".tasks.generate", "SPLITS"),
+}
+
+
+def field_choices(name: str) -> tuple[str, ...] | None:
+    """The names a config field takes, or None where it takes any value of its type."""
+    provider = _CHOICES.get(name)
+    return provider() if provider else None
+
+
+def field_default(cls: type, name: str) -> Any:
+    """A field's default as the dataclass gives it (a factory called)."""
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def cli_fields(cls: type) -> list[tuple[str, Any, str]]:

@@ -309,6 +309,39 @@ def test_every_option_has_help_text(capsys, command):
     assert ("LoRA rank." in out) == (command != "eval")
 
 
+def test_help_shows_each_default_and_the_names_an_option_takes(capsys, monkeypatch):
+    """Defaults differ by command (train's lr 1e-5 constant, sft's 1e-3 cosine) and live in the
+    config classes; the names come from the registries when help is shown, so an estimator a user
+    registers is listed beside the built-in ones."""
+    from axiom_rl.algorithms import ADVANTAGES
+
+    monkeypatch.setitem(ADVANTAGES, "my_estimator", ADVANTAGES["grpo"])
+    help_of = {}
+    for command in ("train", "sft", "eval"):
+        code, out, _ = run(capsys, command, "--help")
+        assert code == 0
+        help_of[command] = " ".join(out.split())  # unwrapped
+    train, sft, evaluate = help_of["train"], help_of["sft"], help_of["eval"]
+    assert "--lr FLOAT Peak learning rate (AdamW). [default: 1e-05]" in train
+    assert "--lr FLOAT Peak learning rate (AdamW). [default: 0.001]" in sft
+    assert "One of: constant, linear, cosine. [default: constant]" in train
+    assert "One of: constant, linear, cosine. [default: cosine]" in sft
+    assert (
+        "--advantage NAME" in train
+        and "One of: grpo, dr_grpo, rloo, batch_norm, dgro, krpo, my_estimator." in train
+    )
+    assert "One of: grpo, dr_grpo, dapo, bnpo, hybrid, gspo, dgro. [default: grpo]" in train  # --loss-type
+    assert "One of: uniform, file, learnability, schedule, adaptive, failures." in train  # --source
+    assert (
+        "One of: auto, code_execution, binary, countdown, countdown_graduated, format, length_penalty."
+        in train
+    )
+    assert "[default: --no-resume]" in train and "--steps INT" in train and "--tasks, --task TEXT" in train
+    assert "One of: train, eval. [default: eval]" in evaluate  # --split
+    # an option given on the command line is the only kind that overrides (a YAML file, a resumed run)
+    assert "[default: None]" not in train and "[default: ]" not in train and "[default: {}]" not in train
+
+
 def test_an_error_after_the_progress_bar_is_set_up_is_still_one_line_and_writes_nothing(capsys, tmp_path):
     """sft --from-samples finds out that its database is missing once its bar exists; outside a
     terminal the bar drew a half-done line on stderr before the error, and opening the missing

@@ -964,4 +964,8 @@ def test_eval_reads_a_yaml_config_and_the_command_line_wins(tmp_path, capsys):
     assert len(attempts) == 3 and all(a["tokens"] <= 4 for a in attempts)
     config.write_text("cuont: 2\n")
     assert main(["eval", "--config", str(config), "--db", str(db)]) == 2
-    assert "unknown option 'cuont'" in capsys.readouterr().err
+    assert "unknown option 'cuont'; did you mean 'count'?" in capsys.readouterr().err
+    config.write_text("zzzz: 2\n")  # nothing close: every option is listed
+    assert main(["eval", "--config", str(config), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option 'zzzz'; options are:" in err and "max_completion_length" in err

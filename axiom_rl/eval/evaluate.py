@@ -17,14 +17,13 @@ from typing import Any
 
 import torch
 
-from ..config import EvalConfig, refuse_beside_problems_file
+from ..config import EvalConfig, field_choices, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, load_for_inference
 from ..rewards import compute_reward
 from ..rollout import generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
 from ..tasks import generate_problems, get_task, task_names
-from ..tasks.generate import SPLITS
 from ..tasks.prompts import format_prompt
 from ..train.plan import (
     GENERATED_PROBLEM_OPTIONS,
@@ -33,7 +32,7 @@ from ..train.plan import (
     resolve_prompt_style,
 )
 from ..types import PASSED, Problem
-from ..verifier import OVERLAP_CHOICES, BatchVerification, overlaps_verification, sandbox_workers
+from ..verifier import BatchVerification, overlaps_verification, sandbox_workers
 from ..verify_files import read_problems_file
 from .passk import mean_pass_at_k
 from .store import Attempt, ResultsDB, Run
@@ -44,9 +43,9 @@ GENERATION_OPTIONS = {**GENERATED_PROBLEM_OPTIONS, "count": "--count", "split": 
 
 def check_eval_config(cfg: EvalConfig) -> None:
     """Every option checked, before a progress bar draws or a database opens."""
-    choose("split", cfg.split, SPLITS)
-    choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
-    choose("overlap verification", cfg.overlap_verification, OVERLAP_CHOICES)
+    choose("split", cfg.split, field_choices("split"))
+    choose("prompt style", cfg.prompt_style, field_choices("prompt_style"))
+    choose("overlap verification", cfg.overlap_verification, field_choices("overlap_verification"))
     at_least(
         ("count", cfg.count, 1),
         ("samples", cfg.samples, 1),

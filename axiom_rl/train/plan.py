@@ -9,19 +9,16 @@ from typing import Any
 
 import torch
 
-from ..algorithms import ADVANTAGES, LOSSES, Estimator, loss_options, policy_loss
-from ..algorithms.kl import KL_ESTIMATORS
-from ..config import TrainConfig, refuse_beside_problems_file
+from ..algorithms import Estimator, loss_options, policy_loss
+from ..config import TrainConfig, field_choices, refuse_beside_problems_file
 from ..errors import UserError, at_least, choose, positive
 from ..models.load import check_load_options, check_model_spec, read_model_card
 from ..rewards import parse_reward_specs
-from ..rollout import BACKENDS
 from ..sources import SourceContext, make_source
 from ..speed import Speed
 from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
 from ..types import Problem
-from ..verifier import OVERLAP_CHOICES
 from ..verify_files import read_problems_file
 
 
@@ -77,14 +74,14 @@ def plan_run(cfg: TrainConfig) -> Plan:
         difficulties = sorted({p.difficulty for p in problems})
     else:
         tasks, difficulties = parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
-    choose("advantage estimator", cfg.advantage, ADVANTAGES)
-    choose("loss type", cfg.loss_type, LOSSES)
-    choose("KL estimator", cfg.kl_estimator, KL_ESTIMATORS)
-    choose("rollout backend", cfg.rollout_backend, BACKENDS)
-    choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
-    choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
-    choose("krpo key", cfg.krpo_key, ("task_difficulty", "task", "problem"))
-    choose("overlap verification", cfg.overlap_verification, OVERLAP_CHOICES)
+    choose("advantage estimator", cfg.advantage, field_choices("advantage"))
+    choose("loss type", cfg.loss_type, field_choices("loss_type"))
+    choose("KL estimator", cfg.kl_estimator, field_choices("kl_estimator"))
+    choose("rollout backend", cfg.rollout_backend, field_choices("rollout_backend"))
+    choose("prompt style", cfg.prompt_style, field_choices("prompt_style"))
+    choose("lr schedule", cfg.lr_schedule, field_choices("lr_schedule"))
+    choose("krpo key", cfg.krpo_key, field_choices("krpo_key"))
+    choose("overlap verification", cfg.overlap_verification, field_choices("overlap_verification"))
     at_least(
         ("steps", cfg.steps, 1),
         ("prompts_per_step", cfg.prompts_per_step, 1),

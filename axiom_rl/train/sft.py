@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..config import SFTConfig, refuse_beside, save_config
+from ..config import SFTConfig, field_choices, refuse_beside, save_config
 from ..errors import UserError, at_least, choose
 from ..io import hold_run_dir
 from ..models.load import check_model_spec, load_policy
@@ -142,8 +142,8 @@ def check_sft_config(cfg: SFTConfig, given: Any = ()) -> tuple[str, list[Problem
     problems = reference_problems(cfg) if cfg.problems_file else None
     if problems is None:
         parse_tasks_and_difficulties(cfg.tasks, cfg.difficulty)
-    choose("prompt style", cfg.prompt_style, ("auto", "full", "compact"))
-    choose("lr schedule", cfg.lr_schedule, ("constant", "linear", "cosine"))
+    choose("prompt style", cfg.prompt_style, field_choices("prompt_style"))
+    choose("lr schedule", cfg.lr_schedule, field_choices("lr_schedule"))
     at_least(("steps", cfg.steps, 1), ("batch_size", cfg.batch_size, 1))
     check_training_options(cfg)
     style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
