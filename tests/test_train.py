@@ -1576,3 +1576,22 @@ def test_gradient_clipping_is_torch_s_bit_for_bit_and_leaves_unclipped_gradients
     assert all(written) if clipped else not any(written)
     if max_norm == 0.05:
         assert clipped and norm > max_norm
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+def test_every_schedule_warms_up_then_starts_at_the_peak(schedule):
+    """transformers' "constant" ignores num_warmup_steps: the quickstart's SFT (constant, 50
+    warm-up steps) trained at the peak rate from its first step."""
+    from types import SimpleNamespace
+
+    from axiom_rl.train.optim import make_scheduler
+
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = make_scheduler(SimpleNamespace(lr_schedule=schedule, warmup_steps=4, steps=20), optimizer)
+    rates = []
+    for _ in range(6):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates[:5] == pytest.approx([0.0, 0.025, 0.05, 0.075, 0.1])  # linear warm-up to the peak
+    assert (rates[5] == pytest.approx(0.1)) == (schedule == "constant")  # then decays, unless constant

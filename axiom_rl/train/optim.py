@@ -26,12 +26,21 @@ def make_optimizer(
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
+# transformers' "constant" takes no warm-up and ignores num_warmup_steps without a word;
+# "constant_with_warmup" is the same schedule after its warm-up (and with none, the same throughout).
+_TRANSFORMERS_SCHEDULE = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+
 def make_scheduler(cfg: Any, optimizer: torch.optim.Optimizer) -> Any:
-    """cfg.lr_schedule with cfg.warmup_steps of linear warm-up over cfg.steps (train's or sft's)."""
+    """cfg.lr_schedule with cfg.warmup_steps of linear warm-up over cfg.steps (train's or sft's):
+    every schedule warms up."""
     from transformers import get_scheduler
 
     return get_scheduler(
-        cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps
+        _TRANSFORMERS_SCHEDULE[cfg.lr_schedule],
+        optimizer,
+        num_warmup_steps=cfg.warmup_steps,
+        num_training_steps=cfg.steps,
     )
 
 
