@@ -18,6 +18,7 @@ functions give, bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,9 +75,24 @@ class RowReward(RewardComponent):
     def score(
         self, problems: Sequence[Problem], completions: Sequence[str], verdicts: Sequence[Verdict]
     ) -> ComponentScores:
-        return ComponentScores(
-            [float(self.fn(p, c, v, **self.params)) for p, c, v in zip(problems, completions, verdicts)]
-        )
+        return ComponentScores([self._one(p, c, v) for p, c, v in zip(problems, completions, verdicts)])
+
+    def _one(self, problem: Problem, completion: str, verdict: Verdict) -> float:
+        # A user's reward (`module:function`) that raises or returns no number stops the run
+        # with one line naming it, not a traceback from inside the trainer.
+        try:
+            value = float(self.fn(problem, completion, verdict, **self.params))
+        except UserError:
+            raise
+        except Exception as e:
+            raise UserError(
+                f"reward {self.name!r} failed on problem {problem.id}: {type(e).__name__}: {e}"
+            ) from None
+        if not math.isfinite(value):
+            raise UserError(
+                f"reward {self.name!r} returned {value} on problem {problem.id}: rewards must be finite"
+            )
+        return value
 
 
 # Components made by name (besides REWARDS' pure functions): name -> factory(**params).

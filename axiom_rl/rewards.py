@@ -113,16 +113,81 @@ class RewardSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _name_and_weight(part: str, known: set[str]) -> tuple[str, str]:
+    """'name:0.5' -> (name, '0.5'); 'module:function:0.5' -> ('module:function', '0.5');
+    'module:function' -> ('module:function', ''). After a known name or a module:function, a
+    last field that is no number is a bad weight ('binary:x'), for the caller to refuse."""
+    head, colon, tail = part.rpartition(":")
+    if not colon:
+        return part, ""
+    try:
+        float(tail)
+    except ValueError:
+        return (head, tail) if head in known or ":" in head else (part, "")
+    return head, tail
+
+
+def load_reward_function(reference: str) -> RewardFn:
+    """A user's reward named `module:function` (importable, or a module in the working
+    directory) or `path/to/file.py:function`: a function of (problem, completion, verdict) that
+    returns a float, as the built-in rewards are. The module is the user's own code, imported
+    as such; one line of error when it cannot be."""
+    import importlib
+    import importlib.util
+    import inspect
+    import sys
+    from pathlib import Path
+
+    module_name, _, attribute = reference.rpartition(":")
+    if not module_name or not attribute.isidentifier():
+        raise UserError(f"reward {reference!r}: expected module:function or path/to/file.py:function")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise UserError(f"reward {reference!r}: no such file {module_name}")
+            spec = importlib.util.spec_from_file_location(f"axiom_rl_user_reward_{path.stem}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and str(Path.cwd()) not in sys.path:
+                sys.path.insert(0, str(Path.cwd()))  # as `python -m` finds a module beside you
+            module = importlib.import_module(module_name)
+    except UserError:
+        raise
+    except Exception as e:  # the user's module failed to import: say where, in one line
+        raise UserError(
+            f"reward {reference!r}: importing {module_name} failed: {type(e).__name__}: {e}"
+        ) from None
+    fn = getattr(module, attribute, None)
+    if not callable(fn):
+        raise UserError(f"reward {reference!r}: {module_name} has no function {attribute!r}")
+    try:
+        inspect.signature(fn).bind(None, "", None)
+    except TypeError:
+        raise UserError(
+            f"reward {reference!r}: {attribute} must take (problem, completion, verdict), as the built-in rewards do"
+        ) from None
+    except ValueError:  # a callable without a signature (a builtin): it is tried when called
+        pass
+    return fn
+
+
 def parse_reward_specs(text: str | None) -> list[RewardSpec] | None:
-    """'code_execution:1.0,format:0.1' -> specs; None or 'auto' -> None (each task's default)."""
+    """'code_execution:1.0,format:0.1' -> specs; None or 'auto' -> None (each task's default).
+    A name `module:function` or `file.py:function` is a user's reward, imported and registered
+    under that name."""
     if text is None or text.strip() in ("", "auto"):
         return None
     from .reward_stage import COMPONENTS  # components that score a batch (reward_stage.py)
 
-    known = {*REWARDS, *COMPONENTS}
     specs = []
     for part in text.split(","):
-        name, _, weight = part.strip().partition(":")
+        name, weight = _name_and_weight(part.strip(), {*REWARDS, *COMPONENTS})
+        if ":" in name and name not in REWARDS:
+            REWARDS[name] = load_reward_function(name)
+        known = {*REWARDS, *COMPONENTS}
         if name not in known:
             raise UserError(f"unknown reward {name!r}; choose from: auto, {', '.join(sorted(known))}")
         try:
