@@ -179,8 +179,12 @@ def problems_show(task: str, difficulty: int, seed: int, index: int, split: str,
 @problems.command("export")
 @click.option("--task", "-t", "task_spec", help="Task name(s), comma-separated.")
 @click.option("--all", "all_tasks", is_flag=True, help="Every generated task.")
-@click.option("--difficulty", "-d", type=int, help="One difficulty.")
-@click.option("--difficulty-range", help="Inclusive range such as 1-10.")
+@click.option(
+    "--difficulty",
+    "-d",
+    help="A difficulty (5) or an inclusive range (1-3), as train, sft and eval take.  [default: 1]",
+)
+@click.option("--difficulty-range", help="The same as --difficulty, by its older name.")
 @click.option(
     "--count", "-n", type=int, default=10, show_default=True, help="Problems per task and difficulty."
 )
@@ -191,7 +195,7 @@ def problems_show(task: str, difficulty: int, seed: int, index: int, split: str,
 def problems_export(
     task_spec: str | None,
     all_tasks: bool,
-    difficulty: int | None,
+    difficulty: str | None,
     difficulty_range: str | None,
     count: int,
     seed: int,
@@ -213,8 +217,8 @@ def problems_export(
     if num_tests is not None and not 1 <= num_tests <= 100:
         raise UserError(f"--num-tests must be between 1 and 100, got {num_tests}")
     names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
-    one = 1 if difficulty is None else difficulty  # (0 is checked against the task's range, not taken for 1)
-    lo, hi = parse_range(difficulty_range, "--difficulty-range") if difficulty_range else (one, one)
+    flag = "--difficulty" if difficulty is not None else "--difficulty-range"
+    lo, hi = parse_range(difficulty or difficulty_range or "1", flag)
     rows: list[str] = []
     bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
     with bar:  # (a bar closed before an error's line is printed)

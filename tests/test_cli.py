@@ -46,6 +46,12 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
     train = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, a.read_text().splitlines())}
     evals = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, e.read_text().splitlines())}
     assert len(evals) == 26 * 10 * 5 and not train & evals
+    # --difficulty takes a range as train, sft and eval do; --difficulty-range is its older name
+    assert (
+        run(capsys, *[w if w != "--difficulty-range" else "--difficulty" for w in args], "--out", str(b))[0]
+        == 0
+    )
+    assert a.read_bytes() == b.read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -62,6 +68,10 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
             "--difficulty-range must be D or A-B (such as 1-10)",
         ),
         (["problems", "export", "--out", "x.jsonl"], "exactly one of --task"),
+        (
+            ["problems", "export", "--task", "lcs", "--difficulty", "x", "--out", "x.jsonl"],
+            "--difficulty must be D or A-B",
+        ),
         (
             ["problems", "export", "--task", "lcs", "--difficulty", "0", "--out", "x.jsonl"],
             "difficulty 0 is out of range",
