@@ -424,7 +424,7 @@ def resolve_config(
 ) -> Any:
     """Defaults <- the resumed run's saved config (for a command that resumes) <- YAML <- command
     line (of `axiom-rl command`)."""
-    from .config import build_config, coerce, load_yaml
+    from .config import PROVENANCE_KEY, build_config, coerce, load_yaml
 
     merged: dict[str, Any] = {}
     from_yaml = load_yaml(config_path) if config_path else {}
@@ -443,6 +443,7 @@ def resolve_config(
             raise UserError(f"{saved} is not a readable run config ({e}); cannot resume from it") from None
         if not isinstance(saved_config, dict):
             raise UserError(f"{saved} is not a readable run config; cannot resume from it")
+        saved_config.pop(PROVENANCE_KEY, None)  # what ran it, not an option
         if foreign := sorted(set(saved_config) - {f.name for f in dataclasses.fields(cls)}):
             # e.g. an SFT run's directory given to train --resume
             raise UserError(

@@ -483,10 +483,17 @@ def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def save_config(config: Any, path: str | Path) -> None:
-    from .io import write_text_atomic
+# config.json's key for what produced the run (provenance.py): not an option, so a resumed run's
+# reader sets it aside.
+PROVENANCE_KEY = "axiom_rl"
 
-    write_text_atomic(path, json.dumps(to_dict(config), indent=2) + "\n")
+
+def save_config(config: Any, path: str | Path) -> None:
+    """The resolved config, every option, and the axiom-rl version and commit that ran it."""
+    from .io import write_text_atomic
+    from .provenance import provenance
+
+    write_text_atomic(path, json.dumps({**to_dict(config), PROVENANCE_KEY: provenance()}, indent=2) + "\n")
 
 
 def _fixed(*values: str) -> Callable[[], tuple[str, ...]]:
@@ -506,8 +513,8 @@ _CHOICES: dict[str, Callable[[], tuple[str, ...]]] = {
     "tiny_size": _registry(".models.tiny", "TINY_SIZES"),
     "finetune": _registry(".models.load", "FINETUNE_MODES"),
     "dtype": _registry(".models.load", "DTYPES", "auto"),
-    "prompt_style": _fixed("auto", "full", "compact"),
-    "chat_template": _fixed("auto", "on", "off"),
+    "prompt_style": _registry(".tasks.base", "PROMPT_STYLES", "auto"),
+    "chat_template": _registry(".tasks.prompts", "CHAT_MODES"),
     "rewards": lambda: (
         *_registry(".rewards", "REWARDS", "auto")(),
         *_registry(".reward_stage", "COMPONENTS")(),

@@ -290,4 +290,8 @@ def write_model_dir(
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     if card is not None:
-        (path / MODEL_CARD).write_text(json.dumps(card, indent=1) + "\n")
+        from ..models.card import model_card_markdown
+        from ..provenance import provenance
+
+        (path / MODEL_CARD).write_text(json.dumps({**card, "axiom_rl": provenance()}, indent=1) + "\n")
+        (path / "README.md").write_text(model_card_markdown(card, model, tokenizer))

@@ -619,8 +619,8 @@ class Run:
             LossScale(enabled=policy.dtype == torch.float16),  # see loss_scale.py
             _NullLog(),
             {  # the model card of every saved model: how it was prompted, what it learnt
-                "prompt_style": plan.prompt_style, "chat_template": cfg.chat_template,
-                "tasks": plan.tasks, "difficulties": plan.difficulties,
+                "method": "grpo", "base": cfg.model, "prompt_style": plan.prompt_style,
+                "chat_template": cfg.chat_template, "tasks": plan.tasks, "difficulties": plan.difficulties,
             },
         )  # fmt: skip
         if ckpt is not None:

@@ -216,6 +216,8 @@ def _sft(
 
     def card() -> dict[str, Any]:  # of every saved model: how it was prompted, what it learnt
         return {
+            "method": "sft",
+            "base": cfg.model,
             "prompt_style": style,
             "chat_template": cfg.chat_template,
             "tasks": tasks,
