@@ -1,6 +1,6 @@
 """The `axiom-rl` command. Each command is a thin shell over a library function.
 
-Exit codes (DESIGN.md): 0 success, 2 a user error (one line on stderr), 1 an internal error.
+Exit codes: 0 success, 2 a user error (one line on stderr), 1 an internal error.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def print_verify_summary(results: list[dict[str, Any]], isolation: str) -> None:
 
 
 class _SeedsFlags(click.Command):
-    """Accepts the seeds' `--problems a b c` (several values) as `--tasks a,b,c`."""
+    """Accepts `--problems a b c` (several values, as earlier GRPO scripts took them) as `--tasks a,b,c`."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         rewritten: list[str] = []
@@ -478,7 +478,8 @@ def training_progress(
 def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     """Train a model with GRPO on verifiable problems (see configs/ for examples).
 
-    The seeds' flags work too: --problems a b, --generations N, --verbose.
+    Short forms are accepted too: --problems a b (for --task a,b) and --generations N (for
+    --num-generations N).
     """
     from .config import refuse_beside_problems_file
     from .train.checkpoint import check_run_dir
