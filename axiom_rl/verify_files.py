@@ -29,10 +29,34 @@ class VerifyReport:
     workers: int = 0  # sandbox slots started
 
 
-def load_problems(path: str | Path, errors: list[str]) -> dict[str, Problem]:
-    """Problems by id; bad lines become messages in `errors`."""
+def _first_object(lines: Sequence[Any]) -> dict[str, Any] | None:
+    return next((line.value for line in lines if not line.error and isinstance(line.value, dict)), None)
+
+
+def _refuse_swapped(problems_path: str | Path, problem_lines: Sequence[Any], completions_path: str | Path,
+                    completion_lines: Sequence[Any]) -> None:  # fmt: skip
+    """The two files given the wrong way round: one line that says so, not an error per line."""
+    first_problem, first_completion = _first_object(problem_lines), _first_object(completion_lines)
+    if first_problem is not None and "completion" in first_problem and "prompt" not in first_problem:
+        wrong, holds = problems_path, "completions"
+    elif (
+        first_completion is not None and "prompt" in first_completion and "completion" not in first_completion
+    ):
+        wrong, holds = completions_path, "problems"
+    else:
+        return
+    raise UserError(
+        f"{wrong} holds {holds}: are the files the wrong way round? Give PROBLEMS.jsonl first, then COMPLETIONS.jsonl"
+    )
+
+
+def load_problems(
+    path: str | Path, errors: list[str], lines: Sequence[Any] | None = None
+) -> dict[str, Problem]:
+    """Problems by id (from `lines`, the file's as read_jsonl gives them, where already read);
+    bad lines become messages in `errors`."""
     problems: dict[str, Problem] = {}
-    for line in read_jsonl(path):
+    for line in read_jsonl(path) if lines is None else lines:
         where = f"{path}:{line.lineno}"
         if line.error:
             errors.append(f"{where}: {line.error}")
@@ -103,9 +127,14 @@ def verify_files(
     """Read both files, then verify in a sandbox of `workers` slots (default: one per core),
     never more than there are completions: each slot is a monitor process to start."""
     report = VerifyReport()
-    problems = load_problems(problems_path, report.errors)
+    problem_lines, completion_lines = read_jsonl(problems_path), read_jsonl(completions_path)
+    _refuse_swapped(problems_path, problem_lines, completions_path, completion_lines)
+    problems = load_problems(problems_path, report.errors, problem_lines)
+    if not problems and report.errors:  # not a problems file at all: one line, not one per line
+        more = f" (and {len(report.errors) - 1} more lines like it)" if len(report.errors) > 1 else ""
+        raise UserError(f"no problem in {problems_path}: {report.errors[0]}{more}")
     todo: list[tuple[Problem, str]] = []
-    for line in read_jsonl(completions_path):
+    for line in completion_lines:
         where = f"{completions_path}:{line.lineno}"
         v = line.value
         if isinstance(v, dict) and "problem_id" not in v and "task_id" in v:

@@ -190,6 +190,25 @@ def test_verify_reports_bad_lines_and_verifies_the_rest(capsys, tmp_path):
     assert set(results[0]) >= {"problem_id", "reward", "status", "passed", "total", "time_s", "detail"}
 
 
+def test_verify_with_its_files_swapped_or_wrong_is_one_line(capsys, tmp_path):
+    """The two files the wrong way round printed an error per line and an empty table."""
+    problems, completions = tmp_path / "p.jsonl", tmp_path / "c.jsonl"
+    assert run(capsys, "problems", "export", "--task", "lcs", "--count", "20", "--out", str(problems))[0] == 0
+    ids = [json.loads(line)["id"] for line in problems.read_text().splitlines()]
+    completions.write_text("".join(json.dumps({"problem_id": i, "completion": "x"}) + "\n" for i in ids))
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"name": i}) + "\n" for i in ids))
+    for args, message in (
+        ((completions, problems), f"{completions} holds completions: are the files the wrong way round?"),
+        ((problems, problems), f"{problems} holds problems: are the files the wrong way round?"),
+        ((other, completions), f"no problem in {other}: {other}:1: not a problem"),
+    ):
+        code, out, err = run(capsys, "verify", *map(str, args))
+        assert code == 2 and message in err, err
+        assert len(err.strip().splitlines()) == 1 and out == ""
+    assert "(and 19 more lines like it)" in err
+
+
 def test_verify_starts_no_more_sandbox_slots_than_completions(capsys, tmp_path):
     """Each slot is a monitor process: --workers 64 for two completions starts two; a file whose
     every line is bad starts none."""
