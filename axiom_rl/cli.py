@@ -498,13 +498,13 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
         with bar if main_process else contextlib.nullcontext():
             result = run_training(cfg, progress=update, say=lambda m: err.print(m, markup=False))
     except TrainingStopped as e:
+        from .report import write_run_report
+
+        write_run_report(Path(cfg.output_dir))  # what it did before it stopped
         click.echo(f"axiom-rl: {e}", err=True)
         return 1
     if not result.is_main:
         return 0
-    from .report import plot_run
-
-    plot_run(Path(result.run_dir))  # training.png: reward, KL, length, zero-variance groups per step
     last = result.metrics[-1] if result.metrics else {}
     if result.stopped_early:
         err.print(
@@ -513,7 +513,8 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
         return 130
     err.print(
         f"done: {result.steps} steps, last reward {last.get('reward_mean', float('nan')):.3f}, "
-        f"accuracy {last.get('accuracy', float('nan')):.2f}; run in {result.run_dir}"
+        f"accuracy {last.get('accuracy', float('nan')):.2f}; run in {result.run_dir}, "
+        f"report: {Path(result.run_dir) / 'report.md'}"
     )
     return 0
 
@@ -606,17 +607,16 @@ def sft(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     cfg = resolve_config(SFTConfig, config_path, overrides, command="sft")
     check_sft_config(cfg, given=overrides)
     check_run_dir(cfg)
-    from .report import plot_run
+    from .report import write_run_report
 
     try:
         with phase_bar("SFT") as progress:
             final = run_sft(cfg, progress=progress, say=lambda m: err.print(m, markup=False))
     except SFTStopped as e:
-        plot_run(e.run_dir)
+        write_run_report(e.run_dir)
         err.print(f"stopped at step {e.step}; resume with: axiom-rl sft --resume --output-dir {e.run_dir}")
         return 130
-    plot_run(Path(final).parent)  # training.png: the loss and learning rate per step
-    err.print(f"done: {final}")
+    err.print(f"done: {final}; report: {Path(final).parent / 'report.md'}")
     return 0
 
 

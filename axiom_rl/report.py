@@ -1,5 +1,5 @@
-"""Plots of a training run (training.png in every `axiom-rl train` run directory) and the
-quickstart's report: report.md and PNG plots in its run directory."""
+"""The report of a training run (report.md and training.png in every GRPO and SFT run
+directory) and the quickstart's: report.md and PNG plots in its run directory."""
 
 from __future__ import annotations
 
@@ -40,17 +40,112 @@ def plot_run(run_dir: Path) -> Path | None:
     """training.png from a run directory's metrics.jsonl (every step, a resumed run's too): a
     GRPO run's rewards, KL, lengths and flat groups, or an SFT run's loss and learning rate.
     None when it has no finished step."""
-    path = run_dir / "metrics.jsonl"
-    metrics = [
-        {key: _number(value) for key, value in line.value.items()}
-        for line in (read_jsonl(path) if path.exists() else [])
-        if isinstance(line.value, dict)
-    ]
+    metrics = _read_metrics(run_dir)
     if not metrics:
         return None
     plot = plot_training if "reward_mean" in metrics[0] else plot_sft
     plot(metrics, run_dir / "training.png")
     return run_dir / "training.png"
+
+
+def _window(n_steps: int) -> int:
+    """The moving average's window: 20 steps, or a fifth of a short run (at least 1)."""
+    return max(1, min(20, n_steps // 5))
+
+
+def _raw_and_smoothed(
+    ax: Any, steps: list[int], values: list[float], label: str, window: int, **style: Any
+) -> None:
+    """Every step faintly, and its moving average labelled as one: a short run's noise stays
+    visible, not smoothed into a trend."""
+    line = ax.plot(steps, values, alpha=0.25, linewidth=0.8, **style)[0]
+    name = f"{label} ({window}-step moving average)" if window > 1 else label
+    ax.plot(steps, _smooth(values, window), color=line.get_color(), label=name, **style)
+
+
+def _steps_axis(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def _read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [
+        {key: _number(value) for key, value in line.value.items()}
+        for line in (read_jsonl(path) if path.exists() else [])
+        if isinstance(line.value, dict)
+    ]
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    values = [float(r[key]) for r in rows if isinstance(r.get(key), int | float) and math.isfinite(r[key])]
+    return sum(values) / len(values) if values else math.nan
+
+
+def write_run_report(run_dir: Path) -> Path | None:
+    """report.md and training.png of a GRPO or SFT run directory: what ran (the settings that
+    shape it), how it went (the first and last tenth of its steps side by side) and where its
+    files are. None when it has no finished step. Written again, whole, at each call."""
+    metrics = _read_metrics(run_dir)
+    if not metrics:
+        return None
+    plot = plot_run(run_dir)
+    try:
+        config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    config = config if isinstance(config, dict) else {}
+    grpo = "reward_mean" in metrics[0]
+    tenth = max(1, len(metrics) // 10)
+    first, last = metrics[:tenth], metrics[-tenth:]
+    span = f"steps {first[0]['step']}-{first[-1]['step']}", f"steps {last[0]['step']}-{last[-1]['step']}"
+    kind = "GRPO" if grpo else "SFT"
+
+    def setting(*keys: str) -> str:
+        return ", ".join(f"{k} {config[k]}" for k in keys if config.get(k) not in (None, "", [], {}))
+
+    lines = [f"# {kind} run: {run_dir.name}", ""]
+    steps = metrics[-1]["step"]
+    planned = config.get("steps")
+    lines.append(f"{steps} steps" + (f" of {planned}" if planned and planned != steps else "") + ".")
+    lines += ["", "## Settings", ""]
+    lines.append(
+        f"- model: {config.get('model', '?')}; " + setting("tasks", "difficulty", "problems_file", "source")
+    )
+    if grpo:
+        lines.append(
+            "- " + setting("prompts_per_step", "num_generations", "max_completion_length", "temperature")
+        )
+        lines.append(
+            "- " + setting("advantage", "loss_type", "beta", "lr", "lr_schedule", "warmup_steps", "rewards")
+        )
+    else:
+        lines.append("- " + setting("batch_size", "lr", "lr_schedule", "warmup_steps"))
+    lines.append("- every option: `config.json`")
+    rows = (
+        [("reward mean", "reward_mean"), ("accuracy (share of completions passed)", "accuracy"),
+         ("groups with zero reward variance", "zero_std_frac"), ("KL to the reference", "kl"),
+         ("completion length (tokens)", "completion_len_mean")]
+        if grpo else [("loss", "loss"), ("learning rate", "lr")]
+    )  # fmt: skip
+    lines += ["", f"## First and last tenth of the steps ({tenth} each)", "", f"| | {span[0]} | {span[1]} |",
+              "| --- | ---: | ---: |"]  # fmt: skip
+    for label, key in rows:
+        lines.append(f"| {label} | {_mean(first, key):.4g} | {_mean(last, key):.4g} |")
+    lines += ["", "## Files", ""]
+    if plot is not None:
+        lines += [f"![every step, with a moving average]({plot.name})", ""]
+    lines.append("- `metrics.jsonl`: every step's figures; `train.log`: what the run said")
+    if grpo:
+        lines.append("- `samples.jsonl`: completions with their prompts, targets, verdicts and rewards")
+    if (run_dir / "final_model").is_dir():
+        lines.append("- `final_model/`: the trained model; its `README.md` says how to load and prompt it")
+    path = run_dir / "report.md"
+    write_text_atomic(path, "\n".join(lines) + "\n")
+    return path
 
 
 def plot_sft(metrics: list[dict[str, Any]], path: Path) -> None:
@@ -60,17 +155,15 @@ def plot_sft(metrics: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     steps = [m["step"] for m in metrics]
+    window = _window(len(steps))
     fig, (loss_ax, lr_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
-    loss = [m["loss"] for m in metrics]
-    loss_ax.plot(steps, loss, alpha=0.3, label="loss")
-    loss_ax.plot(steps, _smooth(loss), label="20-step moving average")
-    loss_ax.set_title("SFT loss (completion tokens)")
+    _raw_and_smoothed(loss_ax, steps, [m["loss"] for m in metrics], "loss", window)
+    loss_ax.set_title("SFT loss (completion tokens), every step and smoothed")
     loss_ax.legend()
     lr_ax.plot(steps, [m["lr"] for m in metrics])
     lr_ax.set_title("learning rate")
     for ax in (loss_ax, lr_ax):
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
+        _steps_axis(ax)
     _save(fig, path)
 
 
@@ -81,30 +174,25 @@ def plot_training(metrics: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     steps = [m["step"] for m in metrics]
+    window = _window(len(steps))
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    mean = _smooth([m["reward_mean"] for m in metrics])
-    std = _smooth([m["reward_std"] for m in metrics])
     ax = axes[0][0]
-    ax.plot(steps, mean, label="reward mean")
-    ax.fill_between(
-        steps,
-        [a - b for a, b in zip(mean, std)],
-        [a + b for a, b in zip(mean, std)],
-        alpha=0.2,
-        label="± std",
-    )
-    ax.plot(steps, _smooth([m["accuracy"] for m in metrics]), label="accuracy", linestyle="--")
-    ax.set_title("reward per step (20-step moving average)")
-    ax.legend()
+    rewards = [m["reward_mean"] for m in metrics]
+    _raw_and_smoothed(ax, steps, rewards, "reward mean", window)
+    _raw_and_smoothed(ax, steps, [m["accuracy"] for m in metrics], "accuracy", window, linestyle="--")
+    ax.set_title("reward and accuracy per step")
+    ax.legend(fontsize=8)
     axes[0][1].plot(steps, [m["kl"] for m in metrics])
-    axes[0][1].set_title("KL to the reference policy (k3 estimate)")
-    axes[1][0].plot(steps, _smooth([m["completion_len_mean"] for m in metrics]))
+    axes[0][1].set_title("KL to the reference policy (per step)")
+    _raw_and_smoothed(axes[1][0], steps, [m["completion_len_mean"] for m in metrics], "mean length", window)
     axes[1][0].set_title("completion length (tokens)")
-    axes[1][1].plot(steps, _smooth([m["zero_std_frac"] for m in metrics]))
+    axes[1][0].legend(fontsize=8)
+    _raw_and_smoothed(axes[1][1], steps, [m["zero_std_frac"] for m in metrics], "flat groups", window)
     axes[1][1].set_title("fraction of groups with zero reward variance")
+    axes[1][1].set_ylim(-0.02, 1.02)
+    axes[1][1].legend(fontsize=8)
     for ax in axes.flat:
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
+        _steps_axis(ax)
     _save(fig, path)
 
 

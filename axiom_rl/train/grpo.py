@@ -42,6 +42,7 @@ from ..models.load import (
     load_policy,
     resolve_device,
 )
+from ..report import write_run_report
 from ..reward_stage import RewardStage, StepRewards
 from ..rollout import Rollout, decode_completion, generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
@@ -460,7 +461,10 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
             ckpt = check_run_dir(cfg, held=True)  # again: another may have finished first
             if ckpt is None:  # a resume writes its options once its checkpoint has loaded
                 save_config(cfg, run_dir / "config.json")
-        return _train(cfg, plan, parallel, run_dir, ckpt, progress, say)
+        result = _train(cfg, plan, parallel, run_dir, ckpt, progress, say)
+        if parallel.is_main:
+            write_run_report(run_dir)  # report.md and training.png: rewards, KL, lengths, flat groups
+        return result
 
 
 def _train(
@@ -877,27 +881,35 @@ def step_metrics(
 
 
 def sample_rows(step: int, scored: Scored, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """samples.jsonl's rows: each completion of the step's first groups with its verdict and
+    reward; the first of a group also carries the problem's prompt and reference solution."""
     g, rows = cfg.num_generations, []
     for i, problem in enumerate(scored.problems[: cfg.samples_per_step]):
         for j in range(g):
             k = i * g + j
-            rows.append(
-                {
-                    "step": step,
-                    "problem_id": problem.id,
-                    "completion": scored.rollout.texts[k],
-                    "reward": scored.rewards[k],
-                    "status": scored.verdicts[k].status,
-                }
-            )
+            row = {
+                "step": step,
+                "problem_id": problem.id,
+                "completion": scored.rollout.texts[k],
+                "reward": scored.rewards[k],
+                "status": scored.verdicts[k].status,
+            }
+            if j == 0:
+                row.update(prompt=problem.prompt, reference=problem.reference_solution)
+            rows.append(row)
     return rows
 
 
 def _print_samples(say: Callable[[str], None], step: int, scored: Scored, cfg: TrainConfig) -> None:
-    for row in sample_rows(step, scored, cfg)[: cfg.num_generations]:
-        say(  # a problem file's ids and the model's text: escaped (terminal.printable)
+    """--verbose: the first group's problem, its reference and its completions; a problem file's
+    text and the model's are escaped (terminal.printable)."""
+    rows = sample_rows(step, scored, cfg)[: cfg.num_generations]
+    if rows:
+        say(printable(f"[step {step}] {rows[0]['problem_id']} prompt: {rows[0]['prompt'][:300]!r}"))
+        say(printable(f"[step {step}] reference: {(rows[0]['reference'] or '')[:200]!r}"))
+    for row in rows:
+        say(
             printable(
-                f"[step {step}] {row['problem_id']} reward={row['reward']:.2f} {row['status']}: "
-                f"{row['completion'][:200]!r}"
+                f"[step {step}]   reward={row['reward']:.2f} {row['status']}: {row['completion'][:200]!r}"
             )
         )

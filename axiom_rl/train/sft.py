@@ -23,6 +23,7 @@ from ..config import SFTConfig, field_choices, refuse_beside, save_config
 from ..errors import UserError, at_least, choose
 from ..io import hold_run_dir
 from ..models.load import check_model_spec, load_policy
+from ..report import write_run_report
 from ..speed.host_memory import keep_freed_memory
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
@@ -279,4 +280,5 @@ def _sft(
         raise
     finally:
         log.close()
+    write_run_report(run_dir)  # report.md and training.png: the loss and learning rate per step
     return run_dir / "final_model"
