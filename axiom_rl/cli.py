@@ -261,8 +261,12 @@ def problems_import(fmt: str, path: str, out_path: str, challenge: bool) -> None
 @click.argument("problems_path", metavar="PROBLEMS.jsonl", type=click.Path(dir_okay=False))
 @click.argument("completions_path", metavar="COMPLETIONS.jsonl", type=click.Path(dir_okay=False))
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Results .jsonl (default: stdout).")
-@click.option("--workers", type=int, help="Sandboxes running at once (default: number of cores).")
-@click.option("--timeout", type=float, help="CPU seconds per submission (default: each task's own).")
+@click.option(
+    "--workers", "--verify-workers", type=int, help="Sandboxes running at once (default: number of cores)."
+)
+@click.option(
+    "--timeout", "--verify-timeout", type=float, help="CPU seconds per submission (default: each task's own)."
+)
 def verify(
     problems_path: str,
     completions_path: str,
@@ -474,7 +478,11 @@ def training_progress(
 @cli.command(cls=_SeedsFlags, context_settings={"max_content_width": 110})
 @config_file_option
 @all_tasks_option
-@config_options(TrainConfig, {"tasks": ["--task"], "num_generations": ["--generations"]})
+@config_options(
+    TrainConfig,
+    {"tasks": ["--task"], "num_generations": ["--generations"], "verify_workers": ["--workers"],
+     "verify_timeout": ["--timeout"]},
+)  # fmt: skip
 def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     """Train a model with GRPO on verifiable problems (see configs/ for examples).
 
@@ -626,7 +634,9 @@ def sft(config_path: str | None, all_tasks: bool, **options: Any) -> int:
 @cli.group(invoke_without_command=True, context_settings={"max_content_width": 110})
 @config_file_option
 @all_tasks_option
-@config_options(EvalConfig, {"tasks": ["--task"]})
+@config_options(
+    EvalConfig, {"tasks": ["--task"], "workers": ["--verify-workers"], "timeout": ["--verify-timeout"]}
+)
 @click.pass_context
 def eval(ctx: click.Context, config_path: str | None, all_tasks: bool, **options: Any) -> None:
     """Evaluate a model on held-out problems; every attempt goes into an SQLite database.

@@ -289,8 +289,14 @@ class EvalConfig:
     the model share the cores). The results are the same either way."""
 
 
-# Flag names of the seeds' scripts, accepted as aliases.
-ALIASES = {"problems": "tasks", "generations": "num_generations", "task": "tasks"}
+# Other names accepted for an option, where the config has no option of that name: the short
+# forms of earlier GRPO scripts, and the sandbox's options under either command's name for them
+# (train: verify_workers, verify_timeout; eval and verify: workers, timeout).
+ALIASES = {
+    "problems": "tasks", "generations": "num_generations", "task": "tasks",
+    "workers": "verify_workers", "timeout": "verify_timeout",
+    "verify_workers": "workers", "verify_timeout": "timeout",
+}  # fmt: skip
 
 _NO_CLI = {"advantage_params", "loss_params"}  # YAML only
 
@@ -472,7 +478,8 @@ def build_config(
     values: dict[str, Any] = {}
     for source in (load_yaml(yaml_path) if yaml_path else {}, overrides or {}):
         for key, value in source.items():
-            key = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
+            key = key.replace("-", "_")
+            key = key if key in names else ALIASES.get(key, key)
             if key not in names:
                 raise UserError(unknown_option(key, names))
             values[key] = coerce(cls, key, value)

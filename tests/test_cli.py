@@ -371,6 +371,35 @@ def test_help_shows_each_default_and_the_names_an_option_takes(capsys, monkeypat
     assert "[default: None]" not in train and "[default: ]" not in train and "[default: {}]" not in train
 
 
+def test_the_sandbox_options_have_one_name_in_every_command(capsys, tmp_path):
+    """train calls them verify_workers and verify_timeout, eval and verify workers and timeout:
+    each command takes both names, on the command line and in YAML."""
+    from axiom_rl.config import EvalConfig, TrainConfig, build_config
+
+    for cls, own in ((TrainConfig, "verify_"), (EvalConfig, "")):
+        for given in ("workers", "verify_workers"):
+            cfg = build_config(cls, None, {given: 3, given.replace("workers", "timeout"): 2.5})
+            assert getattr(cfg, own + "workers") == 3 and getattr(cfg, own + "timeout") == 2.5
+    for command in ("train", "eval", "verify"):
+        code, out, _ = run(capsys, command, "--help")
+        text = " ".join(out.split())
+        assert code == 0 and "--workers" in text and "--verify-workers" in text and "--verify-timeout" in text
+    problems, completions = tmp_path / "p.jsonl", tmp_path / "c.jsonl"
+    assert (
+        run(capsys, "problems", "export", "--task", "fizzbuzz", "--count", "1", "--out", str(problems))[0]
+        == 0
+    )
+    pid = json.loads(problems.read_text())["id"]
+    completions.write_text(
+        json.dumps({"problem_id": pid, "completion": "```python\ndef fizzbuzz(n):\n    return []\n```"})
+        + "\n"
+    )
+    code, _, err = run(
+        capsys, "verify", str(problems), str(completions), "--verify-workers", "1", "--verify-timeout", "2"
+    )
+    assert code == 0 and "wrong_answer" in err
+
+
 def test_an_error_after_the_progress_bar_is_set_up_is_still_one_line_and_writes_nothing(capsys, tmp_path):
     """sft --from-samples finds out that its database is missing once its bar exists; outside a
     terminal the bar drew a half-done line on stderr before the error, and opening the missing
