@@ -723,11 +723,32 @@ def eval_compare(run_a: str, run_b: str, db: str, fmt: str) -> None:
     with ResultsDB(db, create=False) as store:
         a, b = store.require_run(run_a), store.require_run(run_b)
         rows = compare(summarize(store.attempts(a)), summarize(store.attempts(b)))
+    if differences := evaluated_differently(a.config, b.config):
+        err.print(
+            printable(f"warning: {run_a} and {run_b} were evaluated differently ({'; '.join(differences)}): "
+                      "the change mixes the models' difference with the settings'"),
+            markup=False,
+        )  # fmt: skip
     card = read_model_card(b.model) if Path(b.model).exists() else {}
     trained = {(t, d) for t in card.get("tasks", []) for d in card.get("difficulties", [])}
     for r in rows:
         r["trained_on"] = "yes" if (r["task"], r["difficulty"]) in trained else ("no" if card else "?")
     emit_comparison(rows, run_a, run_b, fmt)
+
+
+# The evaluation settings that move a success rate besides the model: two runs that differ in
+# one compare the settings as much as the models.
+_SETTINGS_THAT_MOVE_RATES = ("temperature", "top_p", "samples", "max_completion_length", "prompt_style",
+                             "chat_template", "split", "seed", "timeout")  # fmt: skip
+
+
+def evaluated_differently(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """'temperature 0.0 vs 1.0', ... for each such setting the two runs' configs differ in."""
+    return [
+        f"{key} {a.get(key)} vs {b.get(key)}"
+        for key in _SETTINGS_THAT_MOVE_RATES
+        if key in a and key in b and a[key] != b[key]
+    ]
 
 
 def emit_comparison(rows: list[dict[str, Any]], run_a: str, run_b: str, fmt: str) -> None:

@@ -459,7 +459,10 @@ def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):
     assert main([*args, "--run-name", "after", "--temperature", "1.0", "--samples", "2"]) == 0
     capsys.readouterr()
     assert main(["eval", "compare", "before", "after", "--db", str(db), "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    # greedy against 2 samples at T=1: said, on stderr (the JSON stays clean)
+    assert "warning: before and after were evaluated differently (temperature 0.0 vs 1.0; samples 1 vs 2)" in err
     assert [(r["task"], r["difficulty"], r["trained_on"]) for r in rows] == [
         ("countdown", 1, "yes"),
         ("countdown", 2, "no"),
@@ -471,6 +474,10 @@ def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):
     assert "| countdown | 1 | yes |" in capsys.readouterr().out
     assert main(["eval", "list", "--db", str(db)]) == 0
     assert "before" in capsys.readouterr().out
+    assert main([*args, "--run-name", "again"]) == 0  # the same settings: no warning
+    capsys.readouterr()
+    assert main(["eval", "compare", "before", "again", "--db", str(db)]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
