@@ -29,7 +29,8 @@ from .errors import UserError
 
 @dataclass
 class ModelOptions:
-    """The model to load and how to fine-tune it: the options every training command shares."""
+    """The model to load, how to fine-tune it and where to report: the options every training
+    command shares."""
 
     # -- model ------------------------------------------------------------------------------
     model: str = "tiny"
@@ -53,6 +54,10 @@ class ModelOptions:
     """Weights' dtype; auto: bf16 on a GPU that supports it, else fp32."""
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto."""
+    report_to: str = "auto"
+    """Where the run reports besides its own files (metrics.jsonl, report.md): tensorboard, wandb
+    (comma-separated), none, or auto (TensorBoard where it is installed). One asked for by name
+    and not installed stops the run before it starts."""
 
     def load_options(self) -> dict[str, Any]:
         """These options as `load_policy` arguments (besides the model and the device)."""
@@ -535,6 +540,7 @@ _CHOICES: dict[str, Callable[[], tuple[str, ...]]] = {
     "lr_schedule": _fixed("constant", "linear", "cosine"),
     "overlap_verification": _registry(".verifier", "OVERLAP_CHOICES"),
     "split": _registry(".tasks.generate", "SPLITS"),
+    "report_to": lambda: ("auto", "none", *_registry(".train.loggers", "LOGGERS")()),
 }
 
 

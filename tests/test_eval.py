@@ -462,7 +462,9 @@ def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):
     out, err = capsys.readouterr()
     rows = json.loads(out)
     # greedy against 2 samples at T=1: said, on stderr (the JSON stays clean)
-    assert "warning: before and after were evaluated differently (temperature 0.0 vs 1.0; samples 1 vs 2)" in err
+    assert (
+        "warning: before and after were evaluated differently (temperature 0.0 vs 1.0; samples 1 vs 2)" in err
+    )
     assert [(r["task"], r["difficulty"], r["trained_on"]) for r in rows] == [
         ("countdown", 1, "yes"),
         ("countdown", 2, "no"),

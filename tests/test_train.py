@@ -1020,7 +1020,7 @@ def test_an_sft_loss_that_was_not_finite_still_plots(tmp_path):
     from axiom_rl.report import _smooth
     from axiom_rl.train.runlog import RunLog
 
-    log = RunLog(tmp_path, tensorboard=False)
+    log = RunLog(tmp_path)
     for step, loss in enumerate([2.0, float("inf"), 1.0, float("nan"), 0.5], start=1):
         log.metrics({"step": step, "loss": loss, "lr": 1e-3, "elapsed_s": step})
     log.close()

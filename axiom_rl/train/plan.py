@@ -20,6 +20,7 @@ from ..tasks import get_task, parse_task_list
 from ..tasks.generate import check_difficulty
 from ..types import Problem
 from ..verify_files import read_problems_file
+from .loggers import parse_report_to
 
 
 @dataclass
@@ -172,6 +173,7 @@ def check_training_options(cfg: Any) -> None:
     """What SFT and GRPO share: model loading and AdamW's numbers, checked before anything is
     written (a run directory left behind by a typo would block the corrected command)."""
     check_load_options(cfg.dtype, cfg.finetune)
+    parse_report_to(cfg.report_to)  # a logger asked for and not installed: now, not mid-run
     positive(("lr", cfg.lr), ("lora_alpha", cfg.lora_alpha))
     at_least(
         ("weight_decay", cfg.weight_decay, 0.0),

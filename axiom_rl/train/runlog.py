@@ -1,4 +1,5 @@
-"""What a run writes as it goes: metrics.jsonl, samples.jsonl, train.log, TensorBoard events.
+"""What a run writes as it goes: metrics.jsonl, samples.jsonl, train.log, and what its loggers
+(TensorBoard, W&B: loggers.py) show.
 
 On resume, lines logged after the checkpoint's step are dropped (they belong to steps that will
 run again), so the files read as one uninterrupted run.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,17 @@ def _jsonable(value: Any) -> Any:
 
 
 class RunLog:
-    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True) -> None:
+    """A run's files, and the loggers of `report_to` (loggers.py) fed the same rows."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        resume_step: int | None = None,
+        report_to: Sequence[str] = (),
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        from .loggers import open_loggers
+
         self.dir = Path(run_dir)
         ensure_dir(self.dir)
         if resume_step is not None:
@@ -46,14 +57,7 @@ class RunLog:
         self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self._samples: Any = None  # opened on the first samples: an SFT run writes none
         self._log = open(self.dir / "train.log", "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"))
-            except (ImportError, ModuleNotFoundError):
-                self._tb = None  # tensorboard not installed: the JSONL files are the record
+        self._loggers = open_loggers(list(report_to), self.dir, config or {})
 
     def info(self, message: str) -> None:
         self._log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
@@ -72,11 +76,8 @@ class RunLog:
     def metrics(self, row: dict[str, Any]) -> None:
         self._metrics.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
         self._metrics.flush()
-        if self._tb is not None:
-            step = int(row["step"])
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
+        for logger in self._loggers:
+            logger.metrics(int(row["step"]), row)
 
     def samples(self, rows: list[dict[str, Any]]) -> None:
         if self._samples is None:
@@ -84,10 +85,12 @@ class RunLog:
         for row in rows:
             self._samples.write(json.dumps(row) + "\n")
         self._samples.flush()
+        for logger in self._loggers if rows else ():
+            logger.samples(int(rows[0]["step"]), rows)
 
     def close(self) -> None:
         for f in (self._metrics, self._samples, self._log):
             if f is not None:
                 f.close()
-        if self._tb is not None:
-            self._tb.close()
+        for logger in self._loggers:
+            logger.close()

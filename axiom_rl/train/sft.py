@@ -12,6 +12,7 @@ the completion ending with EOS so the model learns to stop.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from ..types import PASSED, Problem
 from ..verify_files import read_problems_file
 from .batch import build_batch, completion_logprobs
 from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint, save_final_model
+from .loggers import parse_report_to
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
 from .plan import (
@@ -200,7 +202,8 @@ def _sft(
         scale.load_state_dict(state.get("loss_scale"))
         examples.skip(step * cfg.batch_size)  # the examples the steps so far took
         save_config(cfg, run_dir / "config.json")  # the resumed run's options (--steps, say), once loaded
-    log = RunLog(run_dir, resume_step=step if ckpt is not None else None, tensorboard=False)
+    log = RunLog(run_dir, resume_step=step if ckpt is not None else None, report_to=parse_report_to(cfg.report_to),
+                 config=dataclasses.asdict(cfg))  # fmt: skip
     source = (
         f"samples of {cfg.from_samples}"
         if cfg.from_samples
