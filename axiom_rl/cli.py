@@ -68,12 +68,13 @@ def rich_bar(label: str, stats: bool = False, transient: bool = False) -> tuple[
             if exc_type is None and not transient:
                 self.console.print(self.get_renderable())
 
-    columns = [TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn()]
-    if stats:
-        columns.append(TextColumn("{task.fields[stats]}"))
-    bar = LoggedProgress(
-        *columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=transient
-    )
+    if stats:  # the figures need the room: a short bar and the time left alone fit 80 columns
+        columns = [TextColumn(f"[bold]{label}[/bold]"), BarColumn(bar_width=12), MofNCompleteColumn(),
+                   TextColumn("{task.fields[stats]}"), TimeRemainingColumn()]  # fmt: skip
+    else:
+        columns = [TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn()]  # fmt: skip
+    bar = LoggedProgress(*columns, console=err, transient=transient)
     return bar, bar.add_task(label.strip(), total=None, stats="")
 
 
@@ -467,8 +468,8 @@ def training_progress(
 
     def update(step: int, total: int, row: dict[str, Any]) -> None:
         stats = (
-            f"reward {row['reward_mean']:.3f}  acc {row['accuracy']:.2f}  loss {row['loss']:+.4f}  "
-            f"kl {row['kl']:.4f}  {row['tokens_per_s']:.0f} tok/s"
+            f"reward {row['reward_mean']:.2f} acc {row['accuracy']:.2f} kl {row['kl']:.3f} "
+            f"{row['tokens_per_s']:.0f} tok/s"
         )
         bar.update(task_id, completed=step, total=total, stats=stats)
 

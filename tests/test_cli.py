@@ -400,6 +400,24 @@ def test_the_sandbox_options_have_one_name_in_every_command(capsys, tmp_path):
     assert code == 0 and "wrong_answer" in err
 
 
+def test_the_training_bar_fits_80_columns(monkeypatch):
+    """Its figures were cut off at the right in an 80-column terminal."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    import axiom_rl.cli as cli_module
+
+    buf = io.StringIO()
+    monkeypatch.setattr(cli_module, "err", Console(file=buf, width=80, force_terminal=True))
+    bar, update = cli_module.training_progress()
+    with bar:
+        update(1580, 2000, {"reward_mean": 0.3512, "accuracy": 0.281, "kl": 0.1234, "tokens_per_s": 141156.0})
+    last = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buf.getvalue()).rstrip("\n").splitlines()[-1]
+    assert "1580/2000 reward 0.35 acc 0.28 kl 0.123 141156 tok/s" in last and len(last.rstrip()) <= 80, last
+
+
 def test_an_error_after_the_progress_bar_is_set_up_is_still_one_line_and_writes_nothing(capsys, tmp_path):
     """sft --from-samples finds out that its database is missing once its bar exists; outside a
     terminal the bar drew a half-done line on stderr before the error, and opening the missing
