@@ -682,7 +682,7 @@ def print_eval_summary(name: str, summary: list[dict[str, Any]]) -> None:
         "difficulty",
         "problems",
         "success",
-        "mean partial",
+        "tests passed",
         "correct",
         "partial",
         "failed",
@@ -817,7 +817,7 @@ def eval_show(run_name: str, db: str, status: str | None, task: str | None, limi
         out.print(
             printable(
                 f"── {a['problem_id']} · sample {a['sample']} · {a['status']} · {a['passed']}/{a['total']} tests · "
-                f"reward {a['reward']:.2f} · {a['tokens']} tokens"
+                f"task reward {a['reward']:.2f} · {a['tokens']} tokens"
             ),
             markup=False,
             highlight=False,

@@ -389,7 +389,7 @@ def test_eval_show_prints_the_attempts_that_match(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert (
         out.splitlines()[0]
-        == f"── {lcs[0].id} · sample 0 · wrong_answer · 2/8 tests · reward 0.25 · 9 tokens"
+        == f"── {lcs[0].id} · sample 0 · wrong_answer · 2/8 tests · task reward 0.25 · 9 tokens"
     )
     assert (
         "   test 1: expected 3, got 0" in out
