@@ -128,7 +128,8 @@ def check_model_spec(model: str, tiny_size: str = "tiny") -> str:
             )
         return "local"
     if model.startswith((".", "/", "~")) or os.sep in model.strip("/").split("/", 1)[-1]:
-        raise UserError(f"no such model directory: {model}")
+        where = "" if Path(model).is_absolute() else f" (relative to the working directory, {Path.cwd()})"
+        raise UserError(f"no such model directory: {model}{where}")
     from transformers import AutoConfig
 
     try:
