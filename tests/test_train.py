@@ -1073,7 +1073,10 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--model", "./no/such/model"], "no such model directory"),
+        (
+            ["--model", "./no/such/model"],
+            "no such model directory: ./no/such/model (relative to the working directory, ",
+        ),
         (["--task", "nope"], "unknown task 'nope'"),
         (["--task", "humaneval"], "humaneval has no generator: import its problems"),
         (["--loss-type", "nope"], "unknown loss type 'nope'; choose from: bnpo, dapo"),
