@@ -618,14 +618,21 @@ def sft(config_path: str | None, all_tasks: bool, **options: Any) -> int:
     check_run_dir(cfg)
     from .report import write_run_report
 
+    bar, task_id = rich_bar("SFT", stats=True)
+
+    def progress(done: int, total: int, row: dict[str, Any]) -> None:
+        bar.update(task_id, completed=done, total=total, stats=f"loss {row['loss']:.4f} lr {row['lr']:.2e}")
+
     try:
-        with phase_bar("SFT") as progress:
+        with bar:
             final = run_sft(cfg, progress=progress, say=lambda m: err.print(m, markup=False))
     except SFTStopped as e:
         write_run_report(e.run_dir)
         err.print(f"stopped at step {e.step}; resume with: axiom-rl sft --resume --output-dir {e.run_dir}")
         return 130
-    err.print(f"done: {final}; report: {Path(final).parent / 'report.md'}")
+    err.print(
+        f"done: {final}; report: {Path(final).parent / 'report.md'}; the model's card: {final / 'README.md'}"
+    )
     return 0
 
 
