@@ -4,15 +4,15 @@ Every reward reuses the verifier's judgement (the Verdict, or for Countdown the 
 analysis the verifier used), so there is one notion of "correct" in the whole system. A composite
 reports every component, not only the weighted sum, so training logs show which part moved.
 
-    code_execution   1.0 if every test passes, else partial_scale * passed/total (the seeds: 0.5)
+    code_execution   1.0 if every test passes, else partial_scale * passed/total (the original experiments: 0.5)
     binary           1.0 if every test passes, else 0.0
-    countdown        1.0 correct, 0.1 answer tags present but wrong, 0.0 no answer (the seeds)
+    countdown        1.0 correct, 0.1 answer tags present but wrong, 0.0 no answer (the original experiments)
     countdown_graduated  1.0 correct; 0.7 uses exactly the given numbers but misses the target;
                      0.5 a valid expression over some of the numbers (each at most once);
                      0.3 any valid arithmetic expression; 0.1 tags but no expression; 0.0 none
     format           1.0 if the completion has the task's answer format (a fenced function that
                      defines the entry point; <answer> tags), else 0.0
-    length_penalty   base * (0.8 + 0.2 * min(1, target_chars / len(completion))), the seeds'
+    length_penalty   base * (0.8 + 0.2 * min(1, target_chars / len(completion))), the original experiments'
                      brevity factor over another reward (`base`, default code_execution)
 """
 

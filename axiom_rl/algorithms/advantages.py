@@ -132,12 +132,12 @@ def dgro(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """DGRO's advantage: beta_1 * (r - group mean), divided by (group std + eps) when
-    scale='group_std' (the seeds' variance-aware form; scale='none' is the paper's r - V).
+    scale='group_std' (the original experiments' variance-aware form; scale='none' is the paper's r - V).
 
     beta_reward is DGRO's beta_1 (Su et al. 2025, arXiv 2505.12951): it scales the policy-gradient
     term apart from the regulariser, whose coefficient beta_2 is the `dgro` loss's
     `beta_sampling`. With beta_reward_end and anneal_steps, beta_1 follows a cosine from
-    beta_reward at step 0 to beta_reward_end at anneal_steps (the seeds' adaptive schedule).
+    beta_reward at step 0 to beta_reward_end at anneal_steps (the original experiments' adaptive schedule).
     Groups whose std is at most `explore_threshold` would contribute nothing; with explore_std > 0
     they get N(0, explore_std^2) advantages instead, a small push to explore (deterministic
     given `generator`).

@@ -9,7 +9,7 @@ mode is f(per_token_loss, mask, **params) -> scalar; `mask` is 1 on completion t
     dr_grpo  sum over all tokens / (number of sequences x max_completion_length) (Dr. GRPO, Liu
              et al. 2025, "Understanding R1-Zero-Like Training"). Every token weighs the same,
              whatever its sequence's length; the constant keeps the scale independent of the
-             batch. The seeds saw it collapse at 1024 tokens (the effective step shrinks as
+             batch. The original experiments saw it collapse at 1024 tokens (the effective step shrinks as
              1/max_completion_length when completions are short).
     dapo     sum over all tokens / number of completion tokens in the whole generation batch
              (DAPO, Yu et al. 2025: "token-level policy gradient loss"). Pass `num_items`, the
@@ -18,9 +18,9 @@ mode is f(per_token_loss, mask, **params) -> scalar; `mask` is 1 on completion t
     bnpo     sum over tokens / tokens in this micro-batch (TRL's "bnpo"): dapo normalised
              locally; equal to dapo when there is one micro-batch.
     hybrid   alpha * dr_grpo + (1 - alpha) * grpo, alpha = min(1, max_tokens / 512) by default,
-             max_tokens being the longest completion *in this batch* (the seeds' proposal).
+             max_tokens being the longest completion *in this batch* (the original experiments' proposal).
              While completions are short, dr_grpo's constant normaliser (the budget) would make
-             steps tiny -- the collapse the seeds saw at a 1024-token budget -- so the batch leans
+             steps tiny -- the collapse the original experiments saw at a 1024-token budget -- so the batch leans
              on grpo; once completions grow long, it becomes dr_grpo, free of length bias.
              Pass `hybrid_alpha` to fix alpha instead. With micro-batches, pass the whole batch's
              longest completion as `longest_completion` (the trainer does): one alpha per step.

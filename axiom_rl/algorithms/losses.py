@@ -22,7 +22,7 @@ and differ in how per-token losses are aggregated (aggregate.py) and where the r
     dapo     token sum / tokens in the generation batch; use with      DAPO
              clip_eps_high > clip_eps ("clip-higher", e.g. 0.2 / 0.28)
     bnpo     token sum / tokens in this micro-batch                    TRL's bnpo
-    hybrid   alpha * dr_grpo + (1 - alpha) * grpo                      the seeds
+    hybrid   alpha * dr_grpo + (1 - alpha) * grpo                      the original experiments
     gspo     sequence-level ratio, clipped per sequence, grpo          GSPO (Zheng et al. 2025);
              aggregation; use a small clip_eps (3e-4 / 4e-4)
 
@@ -248,7 +248,7 @@ _variant(
 _variant("bnpo", "Clipped surrogate, token sum / micro-batch tokens (TRL's bnpo).", aggregation="bnpo")
 _variant(
     "hybrid",
-    "Clipped surrogate, alpha * dr_grpo + (1 - alpha) * grpo (the seeds' proposal).",
+    "Clipped surrogate, alpha * dr_grpo + (1 - alpha) * grpo (the original experiments' proposal).",
     aggregation="hybrid",
 )
 _variant(

@@ -3,7 +3,7 @@ profile (pass rate per task x difficulty with Wilson intervals, and the mix of f
 
 A failures file is a problems file (docs/problems.md) whose lines also carry `failures`: the
 problem's pass rate over the run's samples and the statuses of its failed ones. So
-`axiom-rl train --problems-file failures.jsonl` trains on what the run failed, as the seeds do
+`axiom-rl train --problems-file failures.jsonl` trains on what the run failed, as the original experiments did
 ("GRPO only on what SFT fails").
 """
 

@@ -12,7 +12,7 @@ rate through `observe` and draw where it is neither 0 nor 1:
                   fixed in advance, the baseline the adaptive ones are measured against)
     failures      replays the problems of a failures file (`axiom-rl failures collect`: what an
                   evaluated model failed), mixed with fresh problems of the run's tasks so that
-                  the rest is not forgotten (the seeds' "GRPO only on what SFT fails")
+                  the rest is not forgotten (the original experiments' "GRPO only on what SFT fails")
     adaptive      per task, one difficulty at a time, moved up when the pass rate over a window
                   of problems is above a band and down when below it (AdaRFT, Shi et al. 2025,
                   arXiv 2504.05520, keeps a target success rate the same way)

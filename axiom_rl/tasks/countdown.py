@@ -4,7 +4,7 @@ Every generated puzzle is solvable: the generator first builds a random expressi
 numbers and takes its value as the target, and that expression is the reference solution.
 `solve()` is an exhaustive solver (used by tests and tools, fast up to 5 numbers).
 
-Answers are read from <answer>...</answer> (the seeds' <think>/<answer> format) and parsed
+Answers are read from <answer>...</answer> (the original experiments' <think>/<answer> format) and parsed
 with an AST whitelist -- integer literals, + - * /, parentheses -- then evaluated with exact
 fractions. Nothing is ever eval'd. Every given number must be used exactly once.
 """

@@ -1,4 +1,4 @@
-"""Dynamic programming: the seeds' LCS, edit distance, knapsack and coin change, and more."""
+"""Dynamic programming: the original experiments' LCS, edit distance, knapsack and coin change, and more."""
 
 from __future__ import annotations
 
