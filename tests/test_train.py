@@ -568,8 +568,8 @@ def test_an_existing_run_is_not_overwritten(tmp_path):
 
 def test_a_run_that_failed_before_its_first_step_can_be_started_again(tmp_path):
     """An error found once the model is loaded (here: a chat template it lacks) comes after the
-    run directory holds its config; the corrected command must not be told "already holds a run"
-    (nor could that run be resumed: it has no checkpoint). Its log says why it ended."""
+    run directory holds its config; the corrected command must not be told "already holds a run",
+    and --resume, with no checkpoint to continue from, starts it again. Its log says why it ended."""
     run = tmp_path / "run"
     with pytest.raises(UserError, match="has no chat template"):
         train(small(tmp_path, chat_template="on"))
@@ -578,9 +578,7 @@ def test_a_run_that_failed_before_its_first_step_can_be_started_again(tmp_path):
         "failed after 0 step(s): chat_template=on, but the tokenizer has no chat template"
         in (run / "train.log").read_text()
     )
-    with pytest.raises(UserError, match="ended before its first step: start it again without --resume"):
-        train(small(tmp_path, resume=True))
-    result = train(small(tmp_path))
+    result = train(small(tmp_path, resume=True))  # no checkpoint to continue from: it starts again
     assert result.steps == 2 and json.loads((run / "config.json").read_text())["chat_template"] == "auto"
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
     with pytest.raises(UserError, match="already holds a run"):  # now it has begun
@@ -1598,3 +1596,72 @@ def test_every_schedule_warms_up_then_starts_at_the_peak(schedule):
         scheduler.step()
     assert rates[:5] == pytest.approx([0.0, 0.025, 0.05, 0.075, 0.1])  # linear warm-up to the peak
     assert (rates[5] == pytest.approx(0.1)) == (schedule == "constant")  # then decays, unless constant
+
+
+# ------------------------------------------------------------------------- killed and preempted
+
+KILLABLE = ["--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--steps", "8", "--prompts-per-step",
+            "2", "--num-generations", "2", "--max-completion-length", "6", "--save-every", "10"]  # fmt: skip
+
+
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _kill_after_rows(run: Path, rows: int, sig: int) -> subprocess.CompletedProcess:
+    """A real `axiom-rl train` process, sent `sig` once its metrics.jsonl holds `rows` rows."""
+    proc = subprocess.Popen([sys.executable, "-m", "axiom_rl", "train", *KILLABLE, "--output-dir", str(run)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        metrics = run / "metrics.jsonl"
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= rows:
+            proc.send_signal(sig)
+            break
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _same_run(a: list[dict], b: list[dict]) -> None:
+    """The same steps with the same figures (timings aside)."""
+    figures = ("step", "loss", "reward_mean", "accuracy", "kl", "grad_norm", "completion_len_mean")
+    assert [[r[k] for k in figures] for r in a] == [[r[k] for k in figures] for r in b]
+
+
+@pytest.mark.slow
+def test_killed_before_its_first_checkpoint_a_run_resumes_and_is_the_run_it_would_have_been(tmp_path):
+    """SIGKILL after the third of eight steps, with a checkpoint every ten: --resume was refused
+    ("no checkpoint") and a fresh run too ("already holds a run"): a dead end."""
+    from axiom_rl.cli import main
+
+    whole = tmp_path / "whole"
+    assert main(["train", *KILLABLE, "--output-dir", str(whole)]) == 0
+    run = tmp_path / "killed"
+    killed = _kill_after_rows(run, 3, signal.SIGKILL)
+    assert (
+        killed.returncode == -signal.SIGKILL and len(_rows(run)) >= 3 and not (run / "checkpoints").exists()
+    )
+    assert main(["train", *KILLABLE, "--output-dir", str(run), "--resume"]) == 0
+    _same_run(_rows(run), _rows(whole))  # the first attempt's rows dropped, every step once
+    assert (run / "final_model" / "model.safetensors").read_bytes() == (
+        whole / "final_model" / "model.safetensors"
+    ).read_bytes()
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_says_how_to_resume_and_the_resume_is_exact(tmp_path):
+    """A scheduler's preemption: SIGTERM acted like SIGKILL, losing every step since the last save."""
+    from axiom_rl.cli import main
+
+    whole = tmp_path / "whole"
+    assert main(["train", *KILLABLE, "--output-dir", str(whole)]) == 0
+    run = tmp_path / "preempted"
+    stopped = _kill_after_rows(run, 3, signal.SIGTERM)
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    assert "SIGTERM: stopping after this step, with a checkpoint" in stopped.stderr
+    assert f"resume with: axiom-rl train --resume --output-dir {run}" in stopped.stderr
+    done = len(_rows(run))
+    assert 3 <= done < 8 and (run / "checkpoints" / f"step-{done}").is_dir()
+    assert main(["train", *KILLABLE, "--output-dir", str(run), "--resume"]) == 0
+    _same_run(_rows(run), _rows(whole))

@@ -76,15 +76,12 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
     if cfg.resume:
         found = checkpoints(run_dir)
         if not found:
-            never_began = (run_dir / "config.json").exists() and not run_has_begun(run_dir)
-            raise UserError(
-                f"--resume: no checkpoint in {run_dir}/checkpoints"
-                + (
-                    "; the run there ended before its first step: start it again without --resume"
-                    if never_began
-                    else ""
-                )
-            )
+            if (run_dir / "config.json").is_file() and not (run_dir / "final_model").exists():
+                # The run died before its first checkpoint (a crash in steps 1 to save_every - 1):
+                # there is nothing to continue from, so it starts again from step 0, its seed
+                # making it the run it would have been; its logs' rows are dropped (restarted_run).
+                return None
+            raise UserError(f"--resume: no checkpoint in {run_dir}/checkpoints")
         done, ckpt = found[-1]
         finished = done == cfg.steps and (run_dir / "final_model").exists()
         if done > cfg.steps or finished:  # nothing to train: say so rather than rewrite the run
@@ -99,6 +96,12 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
             f"{run_dir} already holds a run; use --resume to continue it, or another --output-dir"
         )
     return None
+
+
+def restarted_run(cfg: Any, ckpt: Path | None) -> bool:
+    """A --resume that found no checkpoint (check_run_dir): the run starts again at step 0, and
+    the rows its first attempt logged are dropped as a resume drops those after its checkpoint."""
+    return bool(cfg.resume) and ckpt is None
 
 
 def run_has_begun(run_dir: Path) -> bool:

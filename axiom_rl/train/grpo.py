@@ -56,7 +56,14 @@ from ..terminal import printable
 from ..types import INTERNAL_ERROR, PASSED, Problem, Verdict
 from ..verifier import BatchVerification, overlaps_verification, sandbox_workers
 from .batch import TokenBatch, build_batch, completion_logprobs, micro_batches
-from .checkpoint import check_run_dir, load_checkpoint, rng_state, save_checkpoint, save_final_model
+from .checkpoint import (
+    check_run_dir,
+    load_checkpoint,
+    restarted_run,
+    rng_state,
+    save_checkpoint,
+    save_final_model,
+)
 from .distributed import Parallel
 from .loggers import parse_report_to
 from .loss_scale import LossScale, clip_unscale_step
@@ -631,7 +638,7 @@ class Run:
         if ckpt is not None:
             run.resume(ckpt)
         if parallel.is_main:
-            run.log = RunLog(run_dir, resume_step=run.step if ckpt is not None else None,
+            run.log = RunLog(run_dir, resume_step=run.step if ckpt is not None else 0 if restarted_run(cfg, ckpt) else None,
                              report_to=parse_report_to(cfg.report_to), config=dataclasses.asdict(cfg))  # fmt: skip
         run.log.info(
             f"{'resumed at step ' + str(run.step) if ckpt else 'started'}: {cfg.model} on {','.join(plan.tasks)}, "

@@ -31,7 +31,7 @@ from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from ..verify_files import read_problems_file
 from .batch import build_batch, completion_logprobs
-from .checkpoint import check_run_dir, load_checkpoint, save_checkpoint, save_final_model
+from .checkpoint import check_run_dir, load_checkpoint, restarted_run, save_checkpoint, save_final_model
 from .loggers import parse_report_to
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
@@ -202,7 +202,7 @@ def _sft(
         scale.load_state_dict(state.get("loss_scale"))
         examples.skip(step * cfg.batch_size)  # the examples the steps so far took
         save_config(cfg, run_dir / "config.json")  # the resumed run's options (--steps, say), once loaded
-    log = RunLog(run_dir, resume_step=step if ckpt is not None else None, report_to=parse_report_to(cfg.report_to),
+    log = RunLog(run_dir, resume_step=step if ckpt is not None else 0 if restarted_run(cfg, ckpt) else None, report_to=parse_report_to(cfg.report_to),
                  config=dataclasses.asdict(cfg))  # fmt: skip
     source = (
         f"samples of {cfg.from_samples}"
