@@ -1689,3 +1689,18 @@ def test_what_a_writer_killed_mid_write_left_is_removed_when_the_run_starts_agai
         3,
     ]
     assert (run / "final_model" / "model.safetensors").exists() and (run / "checkpoints" / "step-3").is_dir()
+
+
+def test_a_resume_drops_only_the_lines_that_cannot_be_rows(tmp_path):
+    """One torn line in metrics.jsonl made resume cut the file there: steps [1, ?, 3, 4, 5] became
+    [1, 6, 7]. Now only the torn line (and bytes that are not UTF-8, and non-objects) go."""
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=4, save_every=2))  # checkpoints at 2 and 4
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_bytes().splitlines()
+    damaged = [lines[0], lines[1][:20], lines[2], b"\xff\xfe not utf-8", b"[1, 2]", lines[3]]
+    metrics.write_bytes(b"\n".join(damaged) + b"\n")
+    train(small(tmp_path, steps=6, save_every=2, resume=True))
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == [1, 3, 4, 5, 6]  # step 2's row was the torn one; 3 and 4 survive it
+    assert "metrics.jsonl has no row for step(s) 2 (lost in a crash" in (run / "train.log").read_text()

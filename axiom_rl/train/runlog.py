@@ -18,17 +18,24 @@ from ..errors import UserError
 from ..io import ensure_dir, write_text_atomic
 
 
-def _truncate_jsonl(path: Path, last_step: int) -> None:
+def _truncate_jsonl(path: Path, last_step: int) -> list[int]:
+    """Keep the rows of steps up to `last_step` (those after it will run again); drop only what
+    cannot be a row: a torn line from a crash, bytes that are not UTF-8, a line that is not a JSON
+    object. A torn line in the middle once dropped every valid row after it. Returns the steps
+    up to `last_step` that have no row (a crash lost them: rows are flushed, checkpoints synced)."""
     if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+        return []
+    kept, steps = [], set()
+    for raw in path.read_bytes().splitlines():
         try:
-            if json.loads(line).get("step", 0) <= last_step:
-                kept.append(line)
-        except json.JSONDecodeError:
-            break  # a torn last line from a crash
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step", 0), int) and row.get("step", 0) <= last_step:
+            kept.append(raw.decode("utf-8"))
+            steps.add(row.get("step", 0))
     write_text_atomic(path, "".join(line + "\n" for line in kept))
+    return [step for step in range(1, last_step + 1) if step not in steps]
 
 
 def _jsonable(value: Any) -> Any:
@@ -51,12 +58,18 @@ class RunLog:
 
         self.dir = Path(run_dir)
         ensure_dir(self.dir)
+        missing: list[int] = []
         if resume_step is not None:
-            for name in ("metrics.jsonl", "samples.jsonl"):
-                _truncate_jsonl(self.dir / name, resume_step)
+            missing = _truncate_jsonl(self.dir / "metrics.jsonl", resume_step)
+            _truncate_jsonl(self.dir / "samples.jsonl", resume_step)
         self._metrics = open(self.dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self._samples: Any = None  # opened on the first samples: an SFT run writes none
         self._log = open(self.dir / "train.log", "a", encoding="utf-8")  # noqa: SIM115
+        if missing:  # said, not filled: the steps ran, their figures are gone
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            self.info(
+                f"warning: metrics.jsonl has no row for step(s) {shown} (lost in a crash before the resume)"
+            )
         self._loggers = open_loggers(list(report_to), self.dir, config or {})
 
     def info(self, message: str) -> None:
