@@ -444,7 +444,7 @@ def resolve_config(
             )
         try:
             saved_config = json.loads(saved.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
+        except (OSError, ValueError, UnicodeDecodeError) as e:  # (a directory named config.json too)
             raise UserError(f"{saved} is not a readable run config ({e}); cannot resume from it") from None
         if not isinstance(saved_config, dict):
             raise UserError(f"{saved} is not a readable run config; cannot resume from it")

@@ -1704,3 +1704,40 @@ def test_a_resume_drops_only_the_lines_that_cannot_be_rows(tmp_path):
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == [1, 3, 4, 5, 6]  # step 2's row was the torn one; 3 and 4 survive it
     assert "metrics.jsonl has no row for step(s) 2 (lost in a crash" in (run / "train.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda run: (run / "final_model" / "axiom_rl.json").write_text("[1, 2]"),
+            "is not a model card (a JSON object)",
+        ),
+        (
+            lambda run: (run / "final_model" / "axiom_rl.json").write_bytes(b"{\xff"),
+            "is not a readable model card",
+        ),
+    ],
+)
+def test_a_damaged_model_card_is_one_line(tmp_path, capsys, damage, message):
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=1))
+    damage(run)
+    code = main(["eval", "--model", str(run / "final_model"), "--task", "test_letters", "--count", "1",
+                 "--max-completion-length", "2", "--db", str(tmp_path / "r.db")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_resume_whose_config_json_is_a_directory_is_one_line(tmp_path, capsys):
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=1, save_every=1))
+    (run / "config.json").unlink()
+    (run / "config.json").mkdir()
+    code = main(["train", "--output-dir", str(run), "--resume", "--steps", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a readable run config" in err and len(err.strip().splitlines()) == 1, err

@@ -296,7 +296,17 @@ def read_model_card(model: str) -> dict[str, Any]:
     import json
 
     path = Path(model) / MODEL_CARD
-    return json.loads(path.read_text()) if model != "tiny" and path.exists() else {}
+    if model == "tiny" or not path.exists():
+        return {}
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UserError(
+            f"{path} is not a readable model card ({type(e).__name__}); restore it or delete it"
+        ) from None
+    if not isinstance(card, dict):
+        raise UserError(f"{path} is not a model card (a JSON object); restore it or delete it")
+    return card
 
 
 def load_for_inference(
