@@ -1190,7 +1190,7 @@ def test_a_damaged_checkpoint_is_named_with_the_way_out(capsys, tmp_path):
     assert main(["train", "--resume", "--output-dir", str(run), "--steps", "3"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar's line
     assert last.startswith("axiom-rl: error: cannot resume from") and "step-2" in last, last
-    assert "its optimizer.pt is damaged or unreadable" in last
+    assert "its optimizer.pt does not match its checksum (damaged on disk)" in last
     assert last.endswith("move it aside to resume from step-1")
     (run / "checkpoints/step-2").rename(run / "step-2.damaged")  # what the message says to do
     assert main(["train", "--resume", "--output-dir", str(run), "--steps", "3"]) == 0
@@ -1741,3 +1741,22 @@ def test_a_resume_whose_config_json_is_a_directory_is_one_line(tmp_path, capsys)
     code = main(["train", "--output-dir", str(run), "--resume", "--steps", "2"])
     err = capsys.readouterr().err
     assert code == 2 and "is not a readable run config" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_bit_flipped_weight_file_is_refused_on_resume(tmp_path, capsys):
+    """A weight file of the right size with one bit flipped loaded without complaint: the run
+    went on from weights it never had. Checkpoints record each file's sha256."""
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=2, save_every=1))
+    weights = run / "checkpoints" / "step-2" / "model" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) - 100] ^= 0x01  # inside the last tensor's data: still a valid file
+    weights.write_bytes(bytes(data))
+    metrics_before = (run / "metrics.jsonl").read_bytes()
+    code = main(["train", "--output-dir", str(run), "--resume", "--steps", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "step-2: its model/model.safetensors does not match its checksum (damaged on disk)" in err
+    assert (run / "metrics.jsonl").read_bytes() == metrics_before  # nothing rewritten

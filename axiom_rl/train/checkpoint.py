@@ -11,6 +11,7 @@ writing never leaves a half checkpoint; only `keep` newest ones stay on disk.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -151,10 +152,49 @@ def save_checkpoint(
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"ranks": rng_states or [rng_state()]}, tmp / "rng.pt")
+        (tmp / CHECKSUMS).write_text(json.dumps(file_checksums(tmp), indent=1))
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1))
     for _, old in checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+CHECKSUMS = "checksums.json"  # sha256 of every file of a checkpoint, checked before it is resumed from
+
+
+def file_checksums(directory: Path) -> dict[str, str]:
+    """sha256 of each file under `directory`, by relative path: a bit flipped on disk in a weight
+    file of the right size loads without complaint, and the run would go on from wrong weights."""
+    sums = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        sums[path.relative_to(directory).as_posix()] = digest.hexdigest()
+    return sums
+
+
+class DamagedFile(Exception):
+    """A checkpoint's file that is not what was written: `str(self)` says which and how."""
+
+
+def verify_checksums(path: Path) -> None:
+    """Every file a checkpoint's checksums.json lists, unchanged (a checkpoint written before
+    checksums were recorded has none to check)."""
+    listed = path / CHECKSUMS
+    if not listed.exists():
+        return
+    try:
+        expected = json.loads(listed.read_text(encoding="utf-8"))
+        assert isinstance(expected, dict)
+    except (OSError, ValueError, UnicodeDecodeError, AssertionError):
+        raise DamagedFile(f"{CHECKSUMS} is damaged") from None
+    found = file_checksums(path)
+    for name, digest in expected.items():
+        if found.get(name) != digest:
+            what = "is missing" if name not in found else "does not match its checksum (damaged on disk)"
+            raise DamagedFile(f"{name} {what}")
 
 
 class CheckpointMismatch(Exception):
@@ -203,6 +243,11 @@ def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
         )
 
 
+def _older_checkpoint_hint(path: Path) -> str:
+    older = [p for _, p in checkpoints(path.parent.parent) if p != path]
+    return f"; move it aside to resume from {older[-1].name}" if older else ""
+
+
 def load_checkpoint(
     path: Path,
     cfg: Any,
@@ -222,6 +267,7 @@ def load_checkpoint(
     part = "trainer_state.json"  # what is being read, for the message: torch's own can be cryptic
     try:
         state = json.loads((path / part).read_text())  # first: the cheapest to find damaged
+        verify_checksums(path)
         part = "rng.pt"
         ranks = torch.load(path / part, weights_only=True)["ranks"]
         if len(ranks) != world:  # each process's problem stream continues its own share
@@ -241,9 +287,10 @@ def load_checkpoint(
         raise
     except CheckpointMismatch as e:
         raise UserError(f"cannot resume from {path}: {e}") from None
+    except DamagedFile as e:
+        raise UserError(f"cannot resume from {path}: its {e}{_older_checkpoint_hint(path)}") from None
     except Exception as e:  # torch, safetensors and pickle raise many kinds
-        older = [p for _, p in checkpoints(path.parent.parent) if p != path]
-        hint = f"; move it aside to resume from {older[-1].name}" if older else ""
+        hint = _older_checkpoint_hint(path)
         why = " ".join(str(e).split())[:300] or type(e).__name__
         raise UserError(
             f"cannot resume from {path}: its {part} is damaged or unreadable ({why}){hint}"
