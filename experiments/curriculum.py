@@ -340,12 +340,13 @@ def report_sources(data: dict[str, Any], setup: Setup, out: Path, plt: Any) -> N
     if not arms:
         return
     columns = setup.columns()
+    names = [f"d{c}" for c in columns] if setup.by == "difficulty" else columns
     what = f"difficulties {setup.difficulty}" if setup.by == "difficulty" else "tasks"
     print(f"## {setup.key}: held-out sampled accuracy (mean of {what}), zero-variance fraction")
     print(f"tasks {', '.join(setup.tasks)}; difficulties {setup.difficulty}; seeds {seeds}; "
           "mean ± standard deviation over seeds\n")  # fmt: skip
     print(
-        f"| source | seeds | wall s | zero-variance (mean over steps) | last 100 steps | {' | '.join(columns)} | mean |"
+        f"| source | seeds | wall s | zero-variance (mean over steps) | last 100 steps | {' | '.join(names)} | mean |"
     )
     print("| --- | ---: | ---: | ---: | ---: |" + " ---: |" * (len(columns) + 1))
     base = [data[f"{setup.key}/s{s}/base"] for s in seeds if f"{setup.key}/s{s}/base" in data]
