@@ -1760,3 +1760,19 @@ def test_a_bit_flipped_weight_file_is_refused_on_resume(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "step-2: its model/model.safetensors does not match its checksum (damaged on disk)" in err
     assert (run / "metrics.jsonl").read_bytes() == metrics_before  # nothing rewritten
+
+
+def test_an_edited_trainer_state_is_one_line(tmp_path, capsys):
+    """Valid JSON with its keys gone raised a KeyError from deep in the resume."""
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=2, save_every=1))
+    (run / "checkpoints" / "step-2" / "trainer_state.json").write_text('{"note": "edited"}')
+    code = main(["train", "--output-dir", str(run), "--resume", "--steps", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert (
+        "step-2: its trainer_state.json is not a trainer state (no step); move it aside to resume from step-1"
+        in err
+    )

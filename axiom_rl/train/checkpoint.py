@@ -152,8 +152,8 @@ def save_checkpoint(
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save({"ranks": rng_states or [rng_state()]}, tmp / "rng.pt")
-        (tmp / CHECKSUMS).write_text(json.dumps(file_checksums(tmp), indent=1))
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1))
+        (tmp / CHECKSUMS).write_text(json.dumps(file_checksums(tmp), indent=1))
     for _, old in checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -267,6 +267,8 @@ def load_checkpoint(
     part = "trainer_state.json"  # what is being read, for the message: torch's own can be cryptic
     try:
         state = json.loads((path / part).read_text())  # first: the cheapest to find damaged
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise DamagedFile(f"{part} is not a trainer state (no step)")
         verify_checksums(path)
         part = "rng.pt"
         ranks = torch.load(path / part, weights_only=True)["ranks"]
