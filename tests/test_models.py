@@ -322,3 +322,22 @@ def test_a_model_of_another_architecture_trains_and_evaluates(tmp_path):
                    max_completion_length=8, db=str(tmp_path / "r.db")),
     )  # fmt: skip
     assert sum(row["attempts"] for row in summary) == 3
+
+
+def test_a_truncated_weight_file_is_one_line(tmp_path, capsys):
+    """safetensors' error for a file cut short is no OSError: it came out as a traceback."""
+    from axiom_rl.cli import main
+    from axiom_rl.config import TrainConfig
+    from axiom_rl.train.grpo import train
+
+    run = tmp_path / "run"
+    train(TrainConfig(model="tiny", tiny_size="nano", tasks=["countdown"], steps=1, prompts_per_step=1,
+                      num_generations=2, max_completion_length=2, save_every=0, output_dir=str(run)),
+          say=lambda _: None)  # fmt: skip
+    weights = run / "final_model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    code = main(["eval", "--model", str(run / "final_model"), "--task", "countdown", "--count", "1",
+                 "--max-completion-length", "2", "--db", str(tmp_path / "r.db")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "a weight file is damaged or truncated" in err

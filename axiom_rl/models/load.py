@@ -226,6 +226,12 @@ def _load_checked(model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed:
             tok = AutoTokenizer.from_pretrained(model, **hub_options())
         except (OSError, ValueError) as e:
             raise UserError(f"cannot load model {model!r}: {str(e).splitlines()[0][:200]}") from None
+        except Exception as e:
+            # safetensors' own error for a truncated or damaged weight file (SafetensorError is
+            # neither an OSError nor a ValueError): a file on disk, not a bug here
+            if type(e).__name__ != "SafetensorError":
+                raise
+            raise UserError(f"cannot load model {model!r}: a weight file is damaged or truncated ({e})") from None
         if path.exists():  # what a LoRA adapter trained on it records as its base: loadable from anywhere
             net.name_or_path = net.config._name_or_path = str(path.resolve())
     if not tok("1 + 2 = 3", add_special_tokens=False).input_ids:
