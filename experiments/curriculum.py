@@ -404,6 +404,7 @@ def report_sources(data: dict[str, Any], setup: Setup, out: Path, plt: Any) -> N
         ax2.plot([0, *steps], [base_mean, *acc], marker="o", label=label)
     ax1.set(xlabel="step", ylabel="zero-variance fraction", title="25-step moving average", ylim=(0, 1))
     ax2.set(xlabel="step", ylabel="held-out sampled accuracy", title=f"mean of {what}")
+    ax2.set_ylim(bottom=0)  # from zero: a few attempts' noise is not drawn as a trend
     for ax in (ax1, ax2):
         ax.legend()
         ax.grid(alpha=0.3)
