@@ -54,10 +54,10 @@ class ModelOptions:
     """Weights' dtype; auto: bf16 on a GPU that supports it, else fp32."""
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto."""
-    report_to: str = "auto"
+    report_to: str = "none"
     """Where the run reports besides its own files (metrics.jsonl, report.md): tensorboard, wandb
-    (comma-separated), none, or auto (TensorBoard where it is installed). One asked for by name
-    and not installed stops the run before it starts."""
+    (comma-separated), none (transformers' default too), or auto (TensorBoard where it is
+    installed). One asked for by name and not installed stops the run before it starts."""
 
     def load_options(self) -> dict[str, Any]:
         """These options as `load_policy` arguments (besides the model and the device)."""

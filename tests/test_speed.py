@@ -144,4 +144,4 @@ def test_the_speed_machinery_sits_apart_and_imports_no_rollout_backend():
     step = (PACKAGE / "rollout" / "step.py").read_text()
     assert not re.search(r"^\s*from \.", step, re.M) and "axiom_rl" not in step
     models = {p.name for p in (PACKAGE / "models").glob("*.py")}
-    assert models == {"__init__.py", "load.py", "tiny.py"}
+    assert models == {"__init__.py", "card.py", "load.py", "tiny.py"}

@@ -44,6 +44,7 @@ from axiom_rl.train.batch import (
     micro_batches,
     prompt_runs,
 )
+from axiom_rl.train.checkpoint import CHECKSUMS, file_checksums
 from axiom_rl.train.distributed import Parallel
 from axiom_rl.train.grpo import TrainingStopped, frozen_passes, optimizer_step, train
 from axiom_rl.train.sft import sft
@@ -484,6 +485,8 @@ def test_resuming_a_run_directory_someone_handed_over_runs_none_of_its_code(tmp_
     marker = tmp_path / "code-ran"
     original = torch.load(step / part, weights_only=True)
     torch.save({"payload": _RunsCode(marker), "state": original}, step / part)
+    # whoever handed it over can write its checksums too: the load itself must refuse the call
+    (step / CHECKSUMS).write_text(json.dumps(file_checksums(step)))
     before = files_in(tmp_path / "run")
     with pytest.raises(UserError, match=f"cannot resume from .*step-2: its {part} is damaged or unreadable"):
         train(small(tmp_path, steps=3, resume=True))

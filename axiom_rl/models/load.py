@@ -231,7 +231,9 @@ def _load_checked(model: str, dtype: torch.dtype, tiny_size: str = "tiny", seed:
             # neither an OSError nor a ValueError): a file on disk, not a bug here
             if type(e).__name__ != "SafetensorError":
                 raise
-            raise UserError(f"cannot load model {model!r}: a weight file is damaged or truncated ({e})") from None
+            raise UserError(
+                f"cannot load model {model!r}: a weight file is damaged or truncated ({e})"
+            ) from None
         if path.exists():  # what a LoRA adapter trained on it records as its base: loadable from anywhere
             net.name_or_path = net.config._name_or_path = str(path.resolve())
     if not tok("1 + 2 = 3", add_special_tokens=False).input_ids:

@@ -166,7 +166,7 @@ def file_checksums(directory: Path) -> dict[str, str]:
     """sha256 of each file under `directory`, by relative path: a bit flipped on disk in a weight
     file of the right size loads without complaint, and the run would go on from wrong weights."""
     sums = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != CHECKSUMS):
         digest = hashlib.sha256()
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
