@@ -36,11 +36,11 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_run(run_dir: Path) -> Path | None:
-    """training.png from a run directory's metrics.jsonl (every step, a resumed run's too): a
-    GRPO run's rewards, KL, lengths and flat groups, or an SFT run's loss and learning rate.
-    None when it has no finished step."""
-    metrics = _read_metrics(run_dir)
+def plot_run(run_dir: Path, metrics: list[dict[str, Any]] | None = None) -> Path | None:
+    """training.png from a run directory's metrics.jsonl (every step, a resumed run's too; or its
+    rows, where the caller has read them): a GRPO run's rewards, KL, lengths and flat groups, or
+    an SFT run's loss and learning rate. None when it has no finished step."""
+    metrics = _read_metrics(run_dir) if metrics is None else metrics
     if not metrics:
         return None
     plot = plot_training if "reward_mean" in metrics[0] else plot_sft
@@ -92,7 +92,7 @@ def write_run_report(run_dir: Path) -> Path | None:
     metrics = _read_metrics(run_dir)
     if not metrics:
         return None
-    plot = plot_run(run_dir)
+    plot = plot_run(run_dir, metrics)  # the rows read above, not read again
     try:
         config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

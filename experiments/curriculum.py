@@ -73,6 +73,12 @@ class Setup:
         low, _, high = self.difficulty.partition("-")
         return list(range(int(low), int(high or low) + 1))
 
+    @property
+    def prefix(self) -> str:
+        """Of its run directories and run names: none for Countdown, whose runs' names predate the
+        code configuration's."""
+        return "" if self.key == "sources" else f"{self.key}-"
+
     def columns(self) -> list[str]:
         return [str(d) for d in self.levels] if self.by == "difficulty" else list(self.tasks)
 
@@ -125,7 +131,7 @@ class Results:
 
 def sft_base(out: Path, seed: int, results: Results, steps: int, setup: Setup = COUNTDOWN) -> Path:
     """The setup's SFT'd base for this seed (no time cap), trained once."""
-    prefix = "" if setup is COUNTDOWN else f"{setup.key}-"
+    prefix = setup.prefix
     final = out / f"{prefix}sft-s{seed}" / "final_model"
     if not (final / "axiom_rl.json").exists():
         shutil.rmtree(final.parent, ignore_errors=True)  # an SFT stopped before it finished
@@ -200,7 +206,7 @@ SOURCES = {
 
 def run_sources(args: argparse.Namespace, setup: Setup = COUNTDOWN) -> None:
     out, results = Path(args.out), Results(Path(args.out))
-    prefix = "" if setup is COUNTDOWN else f"{setup.key}-"  # the Countdown runs' names predate the code ones
+    prefix = setup.prefix
     for seed in args.seeds:
         base = sft_base(out, seed, results, args.sft_steps, setup)
 
