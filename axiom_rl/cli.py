@@ -193,6 +193,12 @@ def problems_show(task: str, difficulty: int, seed: int, index: int, split: str,
 @click.option("--split", type=click.Choice(["train", "eval"]), default="train", show_default=True)
 @click.option("--num-tests", type=int, help="Hidden tests per code problem (default: the task's, usually 8).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Output .jsonl file.")
+@click.option(
+    "--references",
+    "references_path",
+    type=click.Path(dir_okay=False),
+    help="Also write each problem's reference answer, as completions `axiom-rl verify` reads.",
+)
 def problems_export(
     task_spec: str | None,
     all_tasks: bool,
@@ -203,11 +209,12 @@ def problems_export(
     split: str,
     num_tests: int | None,
     out_path: str,
+    references_path: str | None,
 ) -> None:
     """Write problems as JSONL: COUNT per task and difficulty, deterministic for a seed."""
     from .io import write_jsonl_atomic
     from .tasks import CodeTask, get_task, iter_problems, parse_task_list, task_names
-    from .train.plan import parse_range
+    from .tasks.generate import parse_range
 
     if bool(task_spec) == all_tasks:
         raise UserError("give exactly one of --task T[,T...] or --all")
@@ -220,7 +227,10 @@ def problems_export(
     names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
     flag = "--difficulty" if difficulty is not None else "--difficulty-range"
     lo, hi = parse_range(difficulty or difficulty_range or "1", flag)
+    if references_path is not None and Path(references_path).resolve() == Path(out_path).resolve():
+        raise UserError("--references and --out name the same file")
     rows: list[str] = []
+    references: list[str] = []
     bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
     with bar:  # (a bar closed before an error's line is printed)
         bar.update(bar_task, total=len(names) * (hi - lo + 1) * count)
@@ -231,8 +241,14 @@ def problems_export(
             for d in range(lo, hi + 1):
                 for problem in itertools.islice(iter_problems(task, d, seed=seed, split=split), count):
                     rows.append(problem.to_json())
+                    if references_path is not None:
+                        completion = task.reference_completion(problem, "full")
+                        references.append(json.dumps({"problem_id": problem.id, "completion": completion}))
                     bar.advance(bar_task)
     n = write_jsonl_atomic(out_path, rows)
+    if references_path is not None:
+        write_jsonl_atomic(references_path, references)
+        err.print(f"wrote {n} reference answers to {references_path}")
     err.print(
         f"wrote {n} problems ({len(names)} task{'s' * (len(names) != 1)}, difficulty "
         f"{lo if lo == hi else f'{lo}-{hi}'}, {split} split, seed {seed}) to {out_path}"
@@ -380,7 +396,7 @@ def config_options(
     cls: type, aliases: dict[str, list[str]]
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """One click option per config field, default None (= not given), help from the docstring."""
-    from .config import cli_fields, field_choices, field_default
+    from .config import cli_fields, field_default, has_choices
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for name, hint, doc in reversed(cli_fields(cls)):
@@ -394,7 +410,7 @@ def config_options(
             if hint is bool:
                 fn = click.option(f"{flag}/--no-{flag[2:]}", name, **common)(fn)
             else:
-                metavar = "NAME" if field_choices(name) else _metavar(hint)
+                metavar = "NAME" if has_choices(name) else _metavar(hint)
                 fn = click.option(flag, *aliases.get(name, []), name, metavar=metavar, **common)(fn)
         return fn
 

@@ -544,6 +544,11 @@ _CHOICES: dict[str, Callable[[], tuple[str, ...]]] = {
 }
 
 
+def has_choices(name: str) -> bool:
+    """Whether a config field names one of a set (known without importing the registries)."""
+    return name in _CHOICES
+
+
 def field_choices(name: str) -> tuple[str, ...] | None:
     """The names a config field takes, or None where it takes any value of its type."""
     provider = _CHOICES.get(name)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UserError
-from .types import PASSED, Problem, Verdict
+from .types import FORMAT_ERROR, PASSED, Problem, Verdict
 
 RewardFn = Callable[..., float]
 REWARDS: dict[str, RewardFn] = {}
@@ -83,6 +83,20 @@ def countdown_graduated(problem: Problem, completion: str, verdict: Verdict) -> 
     if a.numbers_subset:
         return 0.5
     return 0.3
+
+
+@register_reward("or_debug")
+def or_debug(problem: Problem, completion: str, verdict: Verdict, format_score: float = 0.1) -> float:
+    """The original experiments' rule for model repair: 1.0 for a repair that restores the
+    intended optimum; otherwise 0.5 x the diagnosis' overlap with the IIS (|named & IIS| /
+    |named | IIS|, in the verdict), at least `format_score` for a readable answer, 0 for none."""
+    if problem.task != "or_debug":
+        raise UserError(f"reward 'or_debug' needs an or_debug problem, got task {problem.task!r}")
+    if verdict.status == PASSED:
+        return 1.0
+    if verdict.status == FORMAT_ERROR:
+        return 0.0
+    return max(format_score, 0.5 * verdict.fraction)
 
 
 @register_reward("format")

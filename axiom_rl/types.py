@@ -24,6 +24,11 @@ MEMORY_LIMIT = "memory_limit"
 NO_CODE = "no_code"
 FORMAT_ERROR = "format_error"
 INTERNAL_ERROR = "internal_error"
+# The or_debug task's failure classes (the original experiments' names): a repair that does not
+# make the model feasible at its intended optimum, told apart by how much of the conflict it named.
+WRONG_FIX = "wrong_fix"  # every conflicting constraint named, the repair wrong
+PARTIAL_DIAGNOSIS = "partial_diagnosis"  # some of them named
+WRONG_DIAGNOSIS = "wrong_diagnosis"  # none of them named
 STATUSES = (
     PASSED,
     WRONG_ANSWER,
@@ -34,6 +39,9 @@ STATUSES = (
     NO_CODE,
     FORMAT_ERROR,
     INTERNAL_ERROR,
+    WRONG_FIX,
+    PARTIAL_DIAGNOSIS,
+    WRONG_DIAGNOSIS,
 )
 
 

@@ -397,10 +397,15 @@ class PendingVerdicts:
         timeout: float | None = None,
         progress: Any = None,
     ) -> None:
+        from .tasks import get_task
+
         self.problems, self.timeout, self.progress = list(problems), timeout, progress
-        self.sandbox = sandbox or default_sandbox()
+        # No sandbox to start where no task runs code (Countdown, or_debug): a thread per core.
+        runs_code = any(get_task(name).runs_code for name in {p.task for p in self.problems})
+        self.sandbox = sandbox or (default_sandbox() if runs_code else None)
+        workers = self.sandbox.workers if self.sandbox else len(usable_cpus())
         self._futures: list[Future[Verdict] | None] = [None] * len(self.problems)
-        self._pool = ThreadPoolExecutor(max_workers=self.sandbox.workers)
+        self._pool = ThreadPoolExecutor(max_workers=workers)
 
     def submit(self, i: int, completion: str) -> None:
         """Start verifying row i's completion (each row once)."""
@@ -437,7 +442,7 @@ class PendingVerdicts:
         problem = self.problems[i]
         task = get_task(problem.task)
         limits = None
-        if self.timeout is not None:
+        if self.timeout is not None and task.runs_code:
             limits = (getattr(task, "default_limits", None) or self.sandbox.limits).with_timeout(self.timeout)
         try:
             verdict = task.score(problem, completion, sandbox=self.sandbox, limits=limits)

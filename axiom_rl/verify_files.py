@@ -162,11 +162,13 @@ def verify_files(
     if not todo:  # every line was bad: nothing to start a sandbox for
         return report
     tick = progress(len(todo)) if progress else None
-    with Sandbox(workers=pool_size(workers, len(todo))) as sandbox:
-        verdicts = verify_many(
-            [p for p, _ in todo], [c for _, c in todo], sandbox, timeout=timeout, progress=tick
-        )
-        report.isolation, report.workers = sandbox.isolation, sandbox.workers
+    problems_todo, completions = [p for p, _ in todo], [c for _, c in todo]
+    if any(get_task(p.task).runs_code for p in problems_todo):
+        with Sandbox(workers=pool_size(workers, len(todo))) as sandbox:
+            verdicts = verify_many(problems_todo, completions, sandbox, timeout=timeout, progress=tick)
+            report.isolation, report.workers = sandbox.isolation, sandbox.workers
+    else:  # Countdown, or_debug: nothing is run as code, no sandbox to start
+        verdicts = verify_many(problems_todo, completions, timeout=timeout, progress=tick)
     for (problem, completion), verdict in zip(todo, verdicts):
         reward, components = compute_reward(problem, completion, verdict)
         row = {"problem_id": problem.id, "reward": round(reward, 6), **verdict.to_dict()}

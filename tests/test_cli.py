@@ -25,7 +25,7 @@ def test_problems_list_shows_every_task(capsys):
     assert code == 0
     for name in ("countdown", "edit_distance", "n_queens", "topological_sort", "humaneval"):
         assert name in out
-    assert "26 generated tasks" in out
+    assert "27 generated tasks" in out
 
 
 def test_problems_show(capsys):
@@ -41,11 +41,11 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
     assert run(capsys, *args, "--out", str(a))[0] == 0
     assert run(capsys, *args, "--out", str(b))[0] == 0
     assert a.read_bytes() == b.read_bytes()
-    assert len(a.read_text().splitlines()) == 26 * 10 * 5
+    assert len(a.read_text().splitlines()) == 27 * 10 * 5
     assert run(capsys, *args, "--split", "eval", "--out", str(e))[0] == 0
     train = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, a.read_text().splitlines())}
     evals = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, e.read_text().splitlines())}
-    assert len(evals) == 26 * 10 * 5 and not train & evals
+    assert len(evals) == 27 * 10 * 5 and not train & evals
     # --difficulty takes a range as train, sft and eval do; --difficulty-range is its older name
     assert (
         run(capsys, *[w if w != "--difficulty-range" else "--difficulty" for w in args], "--out", str(b))[0]
@@ -317,6 +317,20 @@ def test_tables_keep_their_width_when_the_output_is_not_a_terminal():
     assert line.endswith("import with `axiom-rl problems import --format humaneval`.")
 
 
+def test_commands_that_train_nothing_load_no_torch(tmp_path):
+    """The command line's options are built without importing the registries behind them (torch,
+    transformers: seconds), so `problems` and `verify` start in well under a second."""
+    out, refs = tmp_path / "p.jsonl", tmp_path / "r.jsonl"
+    code = (
+        "import sys, axiom_rl.cli as c; c.main(['problems', 'list']); "
+        f"c.main(['problems', 'export', '--task', 'countdown', '--out', '{out}', '--references', '{refs}']); "
+        f"c.main(['verify', '{out}', '{refs}', '--out', '{tmp_path / 'v.jsonl'}']); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch was imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_console_script_entry_point_runs():
     proc = subprocess.run(
         [sys.executable, "-m", "axiom_rl", "problems", "show", "nope"], capture_output=True, text=True
@@ -362,7 +376,7 @@ def test_help_shows_each_default_and_the_names_an_option_takes(capsys, monkeypat
     assert "One of: grpo, dr_grpo, dapo, bnpo, hybrid, gspo, dgro. [default: grpo]" in train  # --loss-type
     assert "One of: uniform, file, learnability, schedule, adaptive, failures." in train  # --source
     assert (
-        "One of: auto, code_execution, binary, countdown, countdown_graduated, format, length_penalty."
+        "One of: auto, code_execution, binary, countdown, countdown_graduated, or_debug, format, length_penalty."
         in train
     )
     assert "[default: --no-resume]" in train and "--steps INT" in train and "--tasks, --task TEXT" in train

@@ -321,14 +321,14 @@ def test_ctrl_c_in_eval_says_how_to_finish_the_run(tmp_path, model_dir):
 
 def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):
     """`--all`: every generated task, as `train --all` and `problems export --all`; the run's
-    default name says "all" rather than listing 26 names."""
+    default name says "all" rather than listing 27 names."""
     db = tmp_path / "r.db"
     args = ["--model", "tiny", "--tiny-size", "nano", "--all"]
     assert main(["eval", *args, "--count", "1", "--max-completion-length", "4", "--db", str(db)]) == 0
     assert "stored as run 'tiny-all-d1-greedy-s0'" in capsys.readouterr().err
     with ResultsDB(db) as store:
         tasks = {a["task"] for a in store.attempts(store.require_run("tiny-all-d1-greedy-s0"))}
-    assert tasks == set(task_names(generatable=True)) and len(tasks) == 26
+    assert tasks == set(task_names(generatable=True)) and len(tasks) == 27
     assert main(["sft", *args, "--steps", "1", "--batch-size", "4", "--output-dir", str(tmp_path / "s")]) == 0
     card = json.loads((tmp_path / "s/final_model/axiom_rl.json").read_text())
     assert card["tasks"] == task_names(generatable=True)

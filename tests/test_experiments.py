@@ -108,3 +108,33 @@ def test_the_code_configuration_measures_each_task(curriculum, tmp_path: Path, c
         in table
     )
     assert "| adaptive |" in table and (tmp_path / "code.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_the_or_debug_experiment_runs_and_reports(tmp_path: Path, capsys):
+    spec = importlib.util.spec_from_file_location("or_debug_experiment", SCRIPT.parent / "or_debug.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    module.main(
+        [
+            "run",
+            "--seeds",
+            "0",
+            "--steps",
+            "2",
+            "--sft-steps",
+            "3",
+            "--eval-count",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    module.main(["report", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    results = json.loads((tmp_path / "results.json").read_text())
+    for arm in ("base", "grpo", "sft-more"):
+        assert set(results[f"or_debug/s0/{arm}"]) >= {"greedy", "sampled"}
+        assert f"\n{arm} " in out
+    assert results["or_debug/s0/sft-more"]["wall_s"] > 0

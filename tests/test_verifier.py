@@ -91,12 +91,7 @@ def test_every_reference_verifies_with_full_reward(sandbox, difficulty):
     from axiom_rl.rewards import compute_reward
 
     problems = [p for n in task_names(generatable=True) for p in generate_problems(n, difficulty, 2, seed=1)]
-    completions = [
-        get_task(p.task).reference_completion(p)
-        if p.task == "countdown"
-        else f"```python\n{p.reference_solution}```"
-        for p in problems
-    ]
+    completions = [get_task(p.task).reference_completion(p) for p in problems]
     verdicts = verify_many(problems, completions, sandbox)
     for p, c, v in zip(problems, completions, verdicts):
         assert v.status == PASSED, (p.id, v)

@@ -9,6 +9,7 @@ from . import countdown, importers  # noqa: F401  (registers)
 from .base import PROMPT_STYLES, CodeTask, Task
 from .code import backtracking, basics, dp, graphs, strings  # noqa: F401  (registers)
 from .generate import SPLITS, generate_mixed, generate_problems, iter_problems, split_of
+from .or_debug import ORDebug  # noqa: F401  (registers)
 from .registry import TASKS, get_task, parse_task_list, register_task, task_names
 
 __all__ = [

@@ -68,6 +68,12 @@ class Task:
         """
         return problem.prompt
 
+    def draft_key(self, rng: random.Random, difficulty: int) -> str | None:
+        """The content key of the problem `generate` would make from an rng in this state, where
+        it is known before the costly part of generating (None: it is not). Only a filter: the
+        generator skips draws whose draft lands in the other split, then checks the problem made."""
+        return None
+
     def reference_completion(self, problem: Problem, style: str = "full") -> str:
         """A completion scoring 1.0 that continues `response_prefix` (the target for SFT)."""
         if problem.reference_solution is None:

@@ -31,8 +31,24 @@ MAX_DRAWS = 400  # per problem; a task whose space is too small for the request 
 
 
 def split_of(task: Task, problem: Problem) -> str:
-    digest = hashlib.sha256(f"{task.name}\0{task.content_key(problem)}".encode()).digest()
+    return split_of_key(task, task.content_key(problem))
+
+
+def split_of_key(task: Task, key: str) -> str:
+    digest = hashlib.sha256(f"{task.name}\0{key}".encode()).digest()
     return "eval" if int.from_bytes(digest[:8], "big") % 100 < EVAL_PERCENT else "train"
+
+
+def parse_range(text: str, name: str = "difficulty") -> tuple[int, int]:
+    """'3-7' -> (3, 7); '5' -> (5, 5). `name` is the option, for the error."""
+    lo, sep, hi = str(text).partition("-")
+    try:
+        a, b = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise UserError(f"{name} must be D or A-B (such as 1-10), got {text!r}") from None
+    if a > b:
+        raise UserError(f"{name} range {text!r} is empty")
+    return a, b
 
 
 def problem_id(task: str, difficulty: int, seed: int, index: int, split: str) -> str:
@@ -67,8 +83,13 @@ def iter_problems(
     seen: set[str] = set()
     for index in itertools.count():
         for draw in range(MAX_DRAWS):
-            rng = random.Random(f"axiom-rl/{task.name}/d{difficulty}/s{seed}/{split}/{index}/{draw}")
-            problem = task.generate(rng, difficulty)
+            stream = f"axiom-rl/{task.name}/d{difficulty}/s{seed}/{split}/{index}/{draw}"
+            # A draw that will land in the other split (or repeat one) is known before it is
+            # made, for tasks that can tell: or_debug's draws cost solves, and 4 in 5 land in train.
+            draft = task.draft_key(random.Random(stream), difficulty)
+            if draft is not None and (split_of_key(task, draft) != split or (unique and draft in seen)):
+                continue
+            problem = task.generate(random.Random(stream), difficulty)
             key = task.content_key(problem)
             if (not unique or key not in seen) and split_of(task, problem) == split:
                 if unique:

@@ -17,7 +17,7 @@ from ..rewards import parse_reward_specs
 from ..sources import SourceContext, make_source
 from ..speed import Speed
 from ..tasks import get_task, parse_task_list
-from ..tasks.generate import check_difficulty
+from ..tasks.generate import check_difficulty, parse_range
 from ..types import Problem
 from ..verify_files import read_problems_file
 from .loggers import parse_report_to
@@ -33,18 +33,6 @@ class Plan:
     needs_sandbox: bool
     rewards: Any
     problems: list[Problem] | None = None  # a --problems-file's, else generated as training goes
-
-
-def parse_range(text: str, name: str = "difficulty") -> tuple[int, int]:
-    """'3-7' -> (3, 7); '5' -> (5, 5). `name` is the option, for the error."""
-    lo, sep, hi = str(text).partition("-")
-    try:
-        a, b = int(lo), int(hi) if sep else int(lo)
-    except ValueError:
-        raise UserError(f"{name} must be D or A-B (such as 1-10), got {text!r}") from None
-    if a > b:
-        raise UserError(f"{name} range {text!r} is empty")
-    return a, b
 
 
 def parse_difficulty(text: str) -> list[int]:
