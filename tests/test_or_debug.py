@@ -177,6 +177,39 @@ def test_answers_are_read_strictly():
             parse_answer(bad)
 
 
+ADVERSARIAL = r"""
+import random
+from axiom_rl.tasks.or_debug.answer import parse_answer
+from axiom_rl.tasks.or_debug.model import ModelError, parse_constraint
+
+rng = random.Random(0)
+for n in (50, 500, 1999):
+    texts = ["a" * n + "!", "a1 " * (n // 3) + "!", "1" * 12 + "a" * n, "a+" * (n // 2) + "=", " " * n + "a<=1x"]
+    texts += ["".join(rng.choice("ab1 _+-*.=<>:,\n") for _ in range(n)) for _ in range(50)]
+    for text in texts:
+        for parse in (lambda t: parse_constraint("c", t, {"a", "ab", "a1"}),
+                      lambda t: parse_answer("<answer>conflict: " + t + "</answer>"),
+                      lambda t: parse_answer("<answer>conflict: a\nreplace a: " + t + "</answer>"),
+                      lambda t: parse_answer("<answer>" + t + "</answer>")):
+            try:
+                parse(text)
+            except ModelError:
+                pass
+print("ok")
+"""
+
+
+def test_no_answer_makes_the_reader_backtrack_for_long():
+    """Linear-time reading: a pattern with nested optional parts once took exponential time on a
+    long run of letters after `conflict:` (a sampled completion hung an evaluation). The 800
+    hostile texts take milliseconds; a timeout here means one of them did not."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", ADVERSARIAL], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def one() -> Problem:
     return generate_problems("or_debug", 3, 1, seed=11)[0]

@@ -22,7 +22,11 @@ from .model import NAME_PATTERN, Constraint, LinearModel, ModelError, parse_cons
 
 MAX_ACTIONS = 4
 MAX_ANSWER_CHARS = 8000
-_CONFLICT = re.compile(rf"^conflicts?\s*:\s*((?:{NAME_PATTERN}\s*,?\s*)*)$", re.IGNORECASE)
+# The names after "conflict:" are split on commas and spaces, then each matched on its own: one
+# pattern over the whole list (names with optional separators) backtracks exponentially on a
+# long run of letters that does not end as a name would.
+_CONFLICT = re.compile(r"^conflicts?\s*:(.*)$", re.IGNORECASE)
+_NAME = re.compile(NAME_PATTERN)
 _REMOVE = re.compile(rf"^remove\s+({NAME_PATTERN})$")
 _REPLACE_OR_ADD = re.compile(rf"^(replace|add)\s+({NAME_PATTERN})\s*:\s*(.+)$")
 
@@ -69,7 +73,10 @@ def parse_answer(completion: str) -> RepairAnswer:
         if m := _CONFLICT.match(line):
             if conflict is not None:
                 raise ModelError("the conflict is named twice")
-            conflict = tuple(dict.fromkeys(n for n in re.split(r"[\s,]+", m.group(1)) if n))
+            names = [n for n in re.split(r"[\s,]+", m.group(1)) if n]
+            if not all(_NAME.fullmatch(n) for n in names):
+                raise ModelError(f"cannot read the line {line[:60]!r} (names are letters, digits and _)")
+            conflict = tuple(dict.fromkeys(names))
         elif m := _REMOVE.match(line):
             actions.append(Action("remove", m.group(1)))
         elif m := _REPLACE_OR_ADD.match(line):
