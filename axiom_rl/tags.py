@@ -34,6 +34,17 @@ def tagged_bodies(text: str, opening: str, closing: str) -> list[str]:
     ]
 
 
+def answer_body(text: str, opening: str = "<answer>", closing: str = "</answer>") -> str | None:
+    """The last `opening`...`closing` body as written. If the prompt opened the tag (a closing
+    tag but no opening one), the text before the first `closing`. Else None."""
+    found = tagged_bodies(text, opening, closing)
+    if found:
+        return found[-1]
+    if closing in text and opening not in text:
+        return text.split(closing, 1)[0]
+    return None
+
+
 def without_spans(text: str, opening: str, closing: str) -> str:
     """`text` less every `opening`...`closing` span (see tagged_spans)."""
     pieces, pos = [], 0

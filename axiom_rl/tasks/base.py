@@ -68,10 +68,11 @@ class Task:
         """
         return problem.prompt
 
-    def draft_key(self, rng: random.Random, difficulty: int) -> str | None:
-        """The content key of the problem `generate` would make from an rng in this state, where
-        it is known before the costly part of generating (None: it is not). Only a filter: the
-        generator skips draws whose draft lands in the other split, then checks the problem made."""
+    def draft_key(self, stream: str, difficulty: int) -> str | None:
+        """The content key of the problem `generate` would make from `random.Random(stream)`,
+        where it is known before the costly part of generating (None: it is not). Only a filter:
+        the generator skips draws whose draft lands in the other split, then checks the problem
+        made. (The seed, not an rng: a task without a draft costs no second rng per draw.)"""
         return None
 
     def reference_completion(self, problem: Problem, style: str = "full") -> str:

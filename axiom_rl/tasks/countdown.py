@@ -19,7 +19,7 @@ from fractions import Fraction
 from itertools import combinations
 from typing import Any
 
-from ..tags import tagged_bodies
+from ..tags import answer_body
 from ..types import FORMAT_ERROR, PASSED, RUNTIME_ERROR, SYNTAX_ERROR, WRONG_ANSWER, Problem, Verdict
 from .base import Task
 from .registry import register_task
@@ -127,14 +127,9 @@ class Answer:
 
 
 def extract_answer(completion: str) -> str | None:
-    """The last <answer>...</answer> body. If the prompt opened the tag (the completion has a
-    closing tag but no opening one), the text before the first </answer>. Else None."""
-    found = tagged_bodies(completion, "<answer>", "</answer>")
-    if found:
-        return found[-1].strip()
-    if "</answer>" in completion and "<answer>" not in completion:
-        return completion.split("</answer>", 1)[0].strip()
-    return None
+    """The last <answer>...</answer> body, stripped (tags.answer_body), or None."""
+    body = answer_body(completion)
+    return None if body is None else body.strip()
 
 
 class _Parse(Exception):

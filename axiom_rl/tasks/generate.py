@@ -86,7 +86,7 @@ def iter_problems(
             stream = f"axiom-rl/{task.name}/d{difficulty}/s{seed}/{split}/{index}/{draw}"
             # A draw that will land in the other split (or repeat one) is known before it is
             # made, for tasks that can tell: or_debug's draws cost solves, and 4 in 5 land in train.
-            draft = task.draft_key(random.Random(stream), difficulty)
+            draft = task.draft_key(stream, difficulty)
             if draft is not None and (split_of_key(task, draft) != split or (unique and draft in seen)):
                 continue
             problem = task.generate(random.Random(stream), difficulty)

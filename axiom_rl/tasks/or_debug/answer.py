@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...tags import tagged_bodies
+from ...tags import answer_body
 from .model import NAME_PATTERN, Constraint, LinearModel, ModelError, parse_constraint
 
 MAX_ACTIONS = 4
@@ -47,19 +47,18 @@ class RepairAnswer:
     actions: tuple[Action, ...]
 
 
-def extract_answer(completion: str) -> str | None:
-    """The last <answer> body; when the prompt opened the tag, the text before </answer>."""
-    found = tagged_bodies(completion, "<answer>", "</answer>")
-    if found:
-        return found[-1]
-    if "</answer>" in completion and "<answer>" not in completion:
-        return completion.split("</answer>", 1)[0]
+def parse_action(line: str) -> Action | None:
+    """One repair line (stripped) as an Action, or None when it is not one."""
+    if m := _REMOVE.match(line):
+        return Action("remove", m.group(1))
+    if m := _REPLACE_OR_ADD.match(line):
+        return Action(m.group(1), m.group(2), m.group(3).strip())
     return None
 
 
 def parse_answer(completion: str) -> RepairAnswer:
     """The answer in `completion`, or ModelError saying what does not follow the format."""
-    body = extract_answer(completion)
+    body = answer_body(completion)
     if body is None:
         raise ModelError("no <answer>...</answer> found")
     if len(body) > MAX_ANSWER_CHARS:
@@ -77,10 +76,8 @@ def parse_answer(completion: str) -> RepairAnswer:
             if not all(_NAME.fullmatch(n) for n in names):
                 raise ModelError(f"cannot read the line {line[:60]!r} (names are letters, digits and _)")
             conflict = tuple(dict.fromkeys(names))
-        elif m := _REMOVE.match(line):
-            actions.append(Action("remove", m.group(1)))
-        elif m := _REPLACE_OR_ADD.match(line):
-            actions.append(Action(m.group(1), m.group(2), m.group(3).strip()))
+        elif action := parse_action(line):
+            actions.append(action)
         else:
             raise ModelError(f"cannot read the line {line[:60]!r}")
         if len(actions) > MAX_ACTIONS:

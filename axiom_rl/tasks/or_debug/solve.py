@@ -22,6 +22,7 @@ INFEASIBLE = "infeasible"
 UNBOUNDED = "unbounded"
 TIME_LIMIT = "time_limit"
 OTHER = "other"
+OBJECTIVE_TOLERANCE = 1e-6  # relative (and absolute below 1): the models' optima are exact
 # HiGHS's "elastic LP" (2) and "find true IIS" (4) strategies: an irreducible set, not only a
 # small one. See the option's description in `highs --options_file=""`.
 _IIS_STRATEGY = 2 | 4
@@ -110,6 +111,11 @@ def solve_model(model: LinearModel, time_limit: float = 5.0) -> Solution:
     if status == S.kTimeLimit:
         return Solution(TIME_LIMIT)
     return Solution(OTHER, None, h.modelStatusToString(status))
+
+
+def same_optimum(objective: float, intended: float) -> bool:
+    """Whether a repaired model's optimum is the original model's, within OBJECTIVE_TOLERANCE."""
+    return abs(objective - intended) <= OBJECTIVE_TOLERANCE * max(1.0, abs(intended))
 
 
 def is_infeasible(model: LinearModel, time_limit: float = 5.0) -> bool:

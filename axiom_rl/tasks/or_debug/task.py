@@ -7,7 +7,7 @@ the undo of each sabotage (the reference repair).
 
 Scoring (the original experiments' rule): the answer's repair -- one change per mistake, as the
 prompt says how many there are -- is applied and the model solved in a solver worker
-(worker.py). Feasible with an optimum within OBJECTIVE_TOLERANCE of the original model's ->
+(worker.py). Feasible with an optimum within solve.OBJECTIVE_TOLERANCE of the original model's ->
 passed. Otherwise the verdict says how much of the conflict the answer named
 (passed/total = |named & IIS| / |named | IIS|): wrong_fix (all of it, the repair wrong),
 partial_diagnosis (some), wrong_diagnosis (none); format_error when the answer cannot be read,
@@ -39,14 +39,13 @@ from ...types import (
 )
 from ..base import Task
 from ..registry import register_task
-from .answer import RepairAnswer, apply_actions, jaccard, parse_answer
+from .answer import RepairAnswer, apply_actions, jaccard, parse_action, parse_answer
 from .families import FAMILIES, LP_FAMILIES
 from .model import LinearModel, ModelError
 from .sabotage import sabotage
-from .solve import OPTIMAL, TIME_LIMIT, find_iis, solve_model
+from .solve import OPTIMAL, TIME_LIMIT, find_iis, same_optimum, solve_model
 from .worker import CRASHED, solver_pool
 
-OBJECTIVE_TOLERANCE = 1e-6  # relative (and absolute below 1): the models' optima are exact
 SOLVE_TIME_LIMIT_S = 2.0  # a repaired model is as small as the problem's; the original solves in ms
 
 FULL_PROMPT = """\
@@ -104,8 +103,8 @@ class ORDebug(Task):
         )
         return family, FAMILIES[family](rng, size, integer)
 
-    def draft_key(self, rng: random.Random, difficulty: int) -> str:
-        return self._draw_model(rng, difficulty)[1].compact_text()
+    def draft_key(self, stream: str, difficulty: int) -> str:
+        return self._draw_model(random.Random(stream), difficulty)[1].compact_text()
 
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
         _, _, conflicts = difficulty_params(difficulty)
@@ -186,9 +185,10 @@ class ORDebug(Task):
         split (and the generator can tell a draw's split before it sabotages: draft_key)."""
         model = self.model_of(problem)
         undo = [s.get("undo") for s in problem.metadata.get("sabotage") or () if isinstance(s, dict)]
+        actions = [parse_action(line.strip()) if isinstance(line, str) else None for line in undo]
         try:
-            body = "\n".join(line for line in undo if isinstance(line, str))
-            model = apply_actions(model, parse_answer(f"<answer>conflict:\n{body}</answer>").actions)
+            if all(actions):
+                model = apply_actions(model, tuple(a for a in actions if a))
         except ModelError:  # a problem from a file, without a usable undo: the model as shown
             pass
         return model.compact_text()
@@ -239,7 +239,7 @@ class ORDebug(Task):
             return Verdict(FORMAT_ERROR, 0, 1, detail=j.error)
         target = float(problem.metadata["objective"])
         if j.solve_status == OPTIMAL and j.objective is not None:
-            if abs(j.objective - target) <= OBJECTIVE_TOLERANCE * max(1.0, abs(target)):
+            if same_optimum(j.objective, target):
                 return Verdict(PASSED, max(1, j.union), max(1, j.union))
             why = f"feasible, but the optimum is {j.objective:.6g}, not the intended {target:.6g}"
         elif j.solve_status == TIME_LIMIT:

@@ -24,7 +24,7 @@ from typing import Any
 from ...types import Problem
 from .answer import apply_actions, jaccard, parse_answer
 from .model import LinearModel, ModelError
-from .solve import INFEASIBLE, OPTIMAL
+from .solve import INFEASIBLE, OPTIMAL, same_optimum
 
 IIS_TIME_LIMIT_S = 2.0
 
@@ -42,7 +42,6 @@ class Step:
 
 def repair_trace(problem: Problem, completion: str, solver: Any = None) -> list[Step] | None:
     """The labelled steps of `completion`'s answer, or None when it cannot be read."""
-    from .task import OBJECTIVE_TOLERANCE
     from .worker import solver_pool
 
     solver = solver or solver_pool()
@@ -64,8 +63,9 @@ def repair_trace(problem: Problem, completion: str, solver: Any = None) -> list[
             continue
         reply = solver.solve(model, IIS_TIME_LIMIT_S, iis=True)
         if reply.status == OPTIMAL and reply.objective is not None:
-            intended = abs(reply.objective - target) <= OBJECTIVE_TOLERANCE * max(1.0, abs(target))
-            steps.append(Step(action.line(), 1.0 if intended else 0.0, reply.status, 0))
+            steps.append(
+                Step(action.line(), 1.0 if same_optimum(reply.objective, target) else 0.0, reply.status, 0)
+            )
             size = 0
         elif reply.status == INFEASIBLE and reply.iis is not None:
             shrank = size is not None and len(reply.iis) < size
