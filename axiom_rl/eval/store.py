@@ -13,8 +13,10 @@ not an axiom-rl database is refused, never modified.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import create_whole, ensure_dir
+from ..storage import storage_failure
 from ..types import Problem
 
 APP_ID = 0x61786D72  # "axmr": SQLite's application_id header field marks our databases
@@ -104,8 +107,19 @@ _STORAGE_TROUBLE = ("malformed", "not a database", "disk is full", "readonly", "
 def _storage_error(path: Path, error: BaseException) -> UserError | None:
     """A one-line user error for a damaged database or a full or read-only disk, else None."""
     if isinstance(error, sqlite3.DatabaseError) and any(w in str(error) for w in _STORAGE_TROUBLE):
-        return UserError(f"results database {path}: {error}")
+        reason = storage_failure(error, path)
+        said = f"{reason} (SQLite: {error})" if reason and reason not in str(error) else str(error)
+        return UserError(f"results database {path}: {said}")
     return None
+
+
+def _on_read_only_storage(path: Path) -> bool:
+    """Is `path` on a file system mounted read-only (a DVD, a read-only share or bind mount)?
+    Nothing can change the file there, so readers may open it as immutable."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 class ResultsDB:
@@ -129,8 +143,17 @@ class ResultsDB:
             header = f.read(100)
         if not header.startswith(b"SQLite format 3\x00") or int.from_bytes(header[68:72], "big") != APP_ID:
             raise UserError(f"{path} exists and is not an axiom-rl results database; choose another --db")
+        read_only = _on_read_only_storage(self.path)
+        if read_only and create:
+            raise UserError(
+                f"results database {path} is on a read-only file system; choose a --db on writable storage"
+            )
         try:
-            self.conn = sqlite3.connect(self.path, timeout=30)
+            if read_only:  # a WAL database opens only where SQLite may create its -shm file beside it
+                uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro&immutable=1"
+                self.conn = sqlite3.connect(uri, uri=True, timeout=30)
+            else:
+                self.conn = sqlite3.connect(self.path, timeout=30)
             self.conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.OperationalError as e:  # a place it cannot be created, a read-only file
             raise UserError(f"cannot open database {path}: {e}") from None

@@ -99,6 +99,16 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
     return None
 
 
+def out_of_storage(reason: str, run_dir: Path, command: str) -> str:
+    """The one line for a run the storage stopped (storage.storage_errors): checkpoints and the
+    final model are written whole or not at all, and a resume drops the rows past its checkpoint,
+    so the run goes on from where its files say once there is room."""
+    return (
+        f"{reason} while writing {run_dir}; what the run wrote before is intact: make room, then "
+        f"resume with: axiom-rl {command} --resume --output-dir {run_dir}"
+    )
+
+
 def restarted_run(cfg: Any, ckpt: Path | None) -> bool:
     """A --resume that found no checkpoint (check_run_dir): the run starts again at step 0, and
     the rows its first attempt logged are dropped as a resume drops those after its checkpoint."""

@@ -50,6 +50,7 @@ from ..sources import Outcome, Source, SourceContext, make_source, outcomes
 from ..speed import Speed, replay
 from ..speed.host_memory import keep_freed_memory
 from ..speed.replay import LinearOutputs
+from ..storage import storage_errors
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..terminal import printable
@@ -59,6 +60,7 @@ from .batch import TokenBatch, build_batch, completion_logprobs, micro_batches
 from .checkpoint import (
     check_run_dir,
     load_checkpoint,
+    out_of_storage,
     restarted_run,
     rng_state,
     save_checkpoint,
@@ -464,7 +466,10 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
     parallel.barrier()  # every rank has checked the directory before rank 0 writes to it
     # Rank 0 holds the run directory: a second process on it (a resume while this run goes on)
     # is refused instead of interleaving its metrics and checkpoints with this one's.
-    with hold_run_dir(run_dir) if parallel.is_main else contextlib.nullcontext():
+    with (
+        storage_errors(run_dir, then=lambda reason: out_of_storage(reason, run_dir, "train")),
+        hold_run_dir(run_dir) if parallel.is_main else contextlib.nullcontext(),
+    ):
         if parallel.is_main:
             ckpt = check_run_dir(cfg, held=True)  # again: another may have finished first
             if ckpt is None:  # a resume writes its options once its checkpoint has loaded

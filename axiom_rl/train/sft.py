@@ -26,12 +26,20 @@ from ..io import hold_run_dir
 from ..models.load import check_model_spec, load_policy
 from ..report import write_run_report
 from ..speed.host_memory import keep_freed_memory
+from ..storage import storage_errors
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
 from ..verify_files import read_problems_file
 from .batch import build_batch, completion_logprobs
-from .checkpoint import check_run_dir, load_checkpoint, restarted_run, save_checkpoint, save_final_model
+from .checkpoint import (
+    check_run_dir,
+    load_checkpoint,
+    out_of_storage,
+    restarted_run,
+    save_checkpoint,
+    save_final_model,
+)
 from .loggers import parse_report_to
 from .loss_scale import LossScale, clip_unscale_step
 from .optim import make_optimizer, make_scheduler
@@ -164,7 +172,10 @@ def sft(
     samples = correct_samples(cfg) if cfg.from_samples else None  # before anything is written
     run_dir = Path(cfg.output_dir)
     check_run_dir(cfg)
-    with hold_run_dir(run_dir):  # and checked again once held: another may have started there first
+    with (
+        storage_errors(run_dir, then=lambda reason: out_of_storage(reason, run_dir, "sft")),
+        hold_run_dir(run_dir),  # and checked again once held: another may have started there first
+    ):
         ckpt = check_run_dir(cfg, held=True)
         if ckpt is None:
             save_config(cfg, run_dir / "config.json")
