@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import create_whole, ensure_dir
-from ..storage import storage_failure
+from ..resources import storage_failure
 from ..types import Problem
 
 APP_ID = 0x61786D72  # "axmr": SQLite's application_id header field marks our databases

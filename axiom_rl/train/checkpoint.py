@@ -24,6 +24,7 @@ import torch
 from ..errors import UserError
 from ..io import atomic_directory, check_not_held
 from ..models.load import DTYPES, MODEL_CARD, Policy
+from ..resources import MachineFailure
 from .optim import resume_schedule
 
 CHECKPOINT_DIR = "checkpoints"
@@ -99,13 +100,26 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
     return None
 
 
-def out_of_storage(reason: str, run_dir: Path, command: str) -> str:
-    """The one line for a run the storage stopped (storage.storage_errors): checkpoints and the
-    final model are written whole or not at all, and a resume drops the rows past its checkpoint,
-    so the run goes on from where its files say once there is room."""
+def machine_failure_message(failure: MachineFailure, run_dir: Path, command: str) -> str:
+    """The one line for a run that the disk or memory stopped (resources.machine_errors):
+    checkpoints and the final model are written whole or not at all, and a resume drops the rows
+    past its checkpoint, so the run goes on from where its files say once the machine allows."""
+    if not failure.memory:
+        what, remedy = f"{failure.reason} while writing {run_dir}", "make room"
+    elif command == "train":
+        what = f"{failure.reason} in the run in {run_dir}"
+        remedy = (
+            "free memory, or make the step smaller (fewer --prompts-per-step or --num-generations, a "
+            "shorter --max-completion-length, more --gradient-accumulation-steps)"
+        )
+    else:
+        what, remedy = (
+            f"{failure.reason} in the run in {run_dir}",
+            "free memory, or give a smaller --batch-size",
+        )
     return (
-        f"{reason} while writing {run_dir}; what the run wrote before is intact: make room, then "
-        f"resume with: axiom-rl {command} --resume --output-dir {run_dir}"
+        f"{what}; what the run wrote before is intact: {remedy}, then resume with: "
+        f"axiom-rl {command} --resume --output-dir {run_dir}"
     )
 
 

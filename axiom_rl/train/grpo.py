@@ -43,6 +43,7 @@ from ..models.load import (
     resolve_device,
 )
 from ..report import write_run_report
+from ..resources import machine_errors
 from ..reward_stage import RewardStage, StepRewards
 from ..rollout import Rollout, decode_completion, generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
@@ -50,7 +51,6 @@ from ..sources import Outcome, Source, SourceContext, make_source, outcomes
 from ..speed import Speed, replay
 from ..speed.host_memory import keep_freed_memory
 from ..speed.replay import LinearOutputs
-from ..storage import storage_errors
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..terminal import printable
@@ -60,7 +60,7 @@ from .batch import TokenBatch, build_batch, completion_logprobs, micro_batches
 from .checkpoint import (
     check_run_dir,
     load_checkpoint,
-    out_of_storage,
+    machine_failure_message,
     restarted_run,
     rng_state,
     save_checkpoint,
@@ -467,7 +467,7 @@ def train(cfg: TrainConfig, progress: Any = None, say: Callable[[str], None] = p
     # Rank 0 holds the run directory: a second process on it (a resume while this run goes on)
     # is refused instead of interleaving its metrics and checkpoints with this one's.
     with (
-        storage_errors(run_dir, then=lambda reason: out_of_storage(reason, run_dir, "train")),
+        machine_errors(run_dir, then=lambda failure: machine_failure_message(failure, run_dir, "train")),
         hold_run_dir(run_dir) if parallel.is_main else contextlib.nullcontext(),
     ):
         if parallel.is_main:

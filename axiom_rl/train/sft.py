@@ -25,8 +25,8 @@ from ..errors import UserError, at_least, choose
 from ..io import hold_run_dir
 from ..models.load import check_model_spec, load_policy
 from ..report import write_run_report
+from ..resources import machine_errors
 from ..speed.host_memory import keep_freed_memory
-from ..storage import storage_errors
 from ..tasks import get_task
 from ..tasks.prompts import format_prompt
 from ..types import PASSED, Problem
@@ -35,7 +35,7 @@ from .batch import build_batch, completion_logprobs
 from .checkpoint import (
     check_run_dir,
     load_checkpoint,
-    out_of_storage,
+    machine_failure_message,
     restarted_run,
     save_checkpoint,
     save_final_model,
@@ -173,7 +173,7 @@ def sft(
     run_dir = Path(cfg.output_dir)
     check_run_dir(cfg)
     with (
-        storage_errors(run_dir, then=lambda reason: out_of_storage(reason, run_dir, "sft")),
+        machine_errors(run_dir, then=lambda failure: machine_failure_message(failure, run_dir, "sft")),
         hold_run_dir(run_dir),  # and checked again once held: another may have started there first
     ):
         ckpt = check_run_dir(cfg, held=True)

@@ -1,8 +1,9 @@
-"""When the storage, not the program, is why something failed: a full disk, a quota, read-only
-media, a failing device.
+"""When the machine, not the program, is why something failed: its storage (a full disk, a quota,
+read-only media, a failing device) or its memory.
 
-Those are the user's to fix, and deserve one line that says so, but the libraries that write our
-files report them in their own ways: Python raises OSError with the errno; safetensors wraps the
+Those are the user's to fix, and deserve one line that says so, but the libraries report them in
+their own ways. Memory: Python's MemoryError, torch's "DefaultCPUAllocator: can't allocate
+memory" (a RuntimeError) and torch.OutOfMemoryError on a GPU. Storage: Python raises OSError with the errno; safetensors wraps the
 OS error's text ("No space left on device (os error 28)"); torch's zip writer loses the error and
 raises "unexpected pos N vs M" when a write comes up short; sqlite3 says "database or disk is
 full", "attempt to write a readonly database", or, when the disk fills as it writes its WAL, just
@@ -16,6 +17,7 @@ import errno
 import re
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
@@ -78,16 +80,43 @@ def storage_failure(error: BaseException, where: str | Path) -> str | None:
     return None
 
 
+_NO_MEMORY = re.compile(
+    r"can't allocate memory: you tried to allocate (\d+) bytes|out of memory", re.IGNORECASE
+)
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """ "out of memory", with the allocation that failed where the error names it; else None."""
+    for e in _chain(error):
+        if isinstance(e, MemoryError):
+            return "out of memory"
+        if isinstance(e, RuntimeError) and (match := _NO_MEMORY.search(str(e))):
+            wanted = (
+                f" (an allocation of {int(match.group(1)) / 2**20:,.0f} MiB failed)" if match.group(1) else ""
+            )
+            return "out of memory" + wanted
+    return None
+
+
+@dataclass(frozen=True)
+class MachineFailure:
+    reason: str  # what ran out or failed, in words
+    memory: bool  # memory rather than storage: the remedy differs
+
+
 @contextlib.contextmanager
-def storage_errors(where: str | Path, then: Callable[[str], str]) -> Iterator[None]:
-    """Turn a failure of the storage under `where` into a one-line UserError, `then(reason)`;
-    anything else goes on as it was."""
+def machine_errors(where: str | Path, then: Callable[[MachineFailure], str]) -> Iterator[None]:
+    """Turn a failure of the storage under `where`, or of memory, into a one-line UserError,
+    `then(failure)`; anything else goes on as it was."""
     try:
         yield
     except UserError:
         raise
     except Exception as error:
-        reason = storage_failure(error, where)
-        if reason is None:
+        if (reason := out_of_memory(error)) is not None:
+            failure = MachineFailure(reason, memory=True)
+        elif (reason := storage_failure(error, where)) is not None:
+            failure = MachineFailure(reason, memory=False)
+        else:
             raise
-        raise UserError(then(reason)) from error
+        raise UserError(then(failure)) from error

@@ -1,10 +1,10 @@
-"""Storage that fails under a run: a disk that fills during a checkpoint, a final model or an
-evaluation, and results on read-only media. Each is one line and exit 2, nothing written before
-is lost, and the same command goes on once there is room.
+"""The machine failing under a run: a disk that fills during a checkpoint or an evaluation,
+results on read-only media, memory that runs out. Each is one line and exit 2, nothing written
+before is lost, and the same command goes on once the machine allows.
 
-The faults are real: each test runs axiom-rl in a user and mount namespace (`unshare`) over a
+The faults are real: storage tests run axiom-rl in a user and mount namespace (`unshare`) over a
 tmpfs of a chosen size, or a read-only bind mount, as a user would meet them on a full scratch
-disk or a read-only share."""
+disk or a read-only share; the memory test gives a real run an address-space limit."""
 
 from __future__ import annotations
 
@@ -28,12 +28,10 @@ def _namespaces_work() -> bool:
     )
 
 
-pytestmark = [
-    pytest.mark.skipif(
-        not _namespaces_work(), reason="needs unprivileged user and mount namespaces (unshare)"
-    ),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
+needs_namespaces = pytest.mark.skipif(
+    not _namespaces_work(), reason="needs unprivileged user and mount namespaces (unshare)"
+)
 
 
 def in_namespace(script: str) -> subprocess.CompletedProcess:
@@ -66,6 +64,7 @@ TRAIN = ("train --model tiny --tiny-size nano --task countdown --steps 4 --promp
 SFT = "sft --tiny-size nano --task countdown --steps 4 --batch-size 2 --save-every 2"
 
 
+@needs_namespaces
 @pytest.mark.parametrize("command", [TRAIN, SFT], ids=["train", "sft"])
 def test_a_disk_that_fills_during_a_checkpoint_is_one_line_and_the_run_resumes_exactly(tmp_path, command):
     """torch.save's writer on a full disk raised "unexpected pos 377152 vs 377040" from deep in
@@ -104,6 +103,7 @@ def test_a_disk_that_fills_during_a_checkpoint_is_one_line_and_the_run_resumes_e
 EVAL = "eval --model tiny --tiny-size nano --task countdown --max-completion-length 8"
 
 
+@needs_namespaces
 def test_results_on_read_only_media_are_read_and_never_written(tmp_path):
     """A WAL database on a read-only share could not even be listed ("unable to open database
     file": SQLite makes a -shm file beside it); an evaluation into it was a traceback."""
@@ -143,6 +143,7 @@ CHECK_DB = (
 )
 
 
+@needs_namespaces
 def test_a_disk_that_fills_during_an_evaluation_keeps_what_was_stored(tmp_path):
     """SQLite's "database or disk is full" reached the user as a traceback."""
     disk, out = tmp_path / "disk", tmp_path / "out"
@@ -169,3 +170,41 @@ def test_a_disk_that_fills_during_an_evaluation_keeps_what_was_stored(tmp_path):
     assert (out / "again.rc").read_text().strip() == "0", (out / "again.err").read_text()[-2000:]
     integrity, counts = json.loads((out / "finished.json").read_text())
     assert integrity == "ok" and counts == {"first": 3, "second": 600}
+
+
+# A run with an address-space limit set once its libraries are loaded (as a long run has them):
+# `budget` MiB more than it holds then.
+WITH_MEMORY_BUDGET = """
+import resource, sys
+import torch, transformers
+from axiom_rl.cli import main
+from axiom_rl.train import grpo
+held = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+limit = held + (int(sys.argv[1]) << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_running_out_of_memory_is_one_line_and_the_run_goes_on_with_a_smaller_step(tmp_path):
+    """torch's "DefaultCPUAllocator: can't allocate memory" was a traceback from the rollout."""
+    run = tmp_path / "run"
+    big = ["--prompts-per-step", "64", "--num-generations", "16", "--max-completion-length", "200"]
+    args = ["train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--steps", "2",
+            "--save-every", "1", "--output-dir", str(run)]  # fmt: skip
+    failed = subprocess.run([sys.executable, "-c", WITH_MEMORY_BUDGET, "600", *args, *big],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    line = one_error_line(failed.stderr)
+    assert "out of memory (an allocation of" in line and "MiB failed)" in line
+    assert f"resume with: axiom-rl train --resume --output-dir {run}" in line
+    assert json.loads((run / "config.json").read_text())["prompts_per_step"] == 64
+    log = (run / "train.log").read_text()  # the log keeps the library's own words
+    assert "failed after 0 step(s)" in log and "can't allocate memory" in log
+    # The advice taken: a smaller step fits the same budget, and the run finishes.
+    small = ["--prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "6"]
+    resumed = subprocess.run([sys.executable, "-c", WITH_MEMORY_BUDGET, "600", "train", "--resume", "--output-dir",
+                              str(run), *small], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [row["step"] for row in rows(run / "metrics.jsonl")] == [1, 2]
+    assert (run / "final_model" / "model.safetensors").exists()
