@@ -536,10 +536,15 @@ def train(config_path: str | None, all_tasks: bool, **options: Any) -> int:
             f"stopped at step {result.steps}; resume with: axiom-rl train --resume --output-dir {result.run_dir}"
         )
         return 130
+    report = Path(result.run_dir) / "report.md"
+    if not last:  # a resume whose steps were all done before: only the final model was left to write
+        err.print(
+            f"done: all {result.steps} steps were trained before; wrote the final model; report: {report}"
+        )
+        return 0
     err.print(
-        f"done: {result.steps} steps, last reward {last.get('reward_mean', float('nan')):.3f}, "
-        f"accuracy {last.get('accuracy', float('nan')):.2f}; run in {result.run_dir}, "
-        f"report: {Path(result.run_dir) / 'report.md'}"
+        f"done: {result.steps} steps, last reward {last['reward_mean']:.3f}, accuracy {last['accuracy']:.2f}; "
+        f"run in {result.run_dir}, report: {report}"
     )
     return 0
 

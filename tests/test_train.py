@@ -1779,3 +1779,75 @@ def test_an_edited_trainer_state_is_one_line(tmp_path, capsys):
         "step-2: its trainer_state.json is not a trainer state (no step); move it aside to resume from step-1"
         in err
     )
+
+
+def test_a_checkpoint_whose_model_directory_is_gone_is_named_as_damaged(tmp_path, capsys):
+    """Without model/ a checkpoint was called "another architecture" (nothing loaded, so every
+    weight was missing), which sent the user to the wrong options."""
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=2, save_every=1))
+    shutil.rmtree(run / "checkpoints" / "step-2" / "model")
+    for listed in (True, False):  # with its checksums, and as a checkpoint written before them
+        if not listed:
+            (run / "checkpoints" / "step-2" / CHECKSUMS).unlink()
+        assert main(["train", "--output-dir", str(run), "--resume", "--steps", "3"]) == 2
+        err = capsys.readouterr().err
+        assert "step-2: its model/ is missing; move it aside to resume from step-1" in err, err
+        assert "architecture" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_file_in_a_checkpoint_s_place_is_refused_before_a_step_is_trained(tmp_path, capsys):
+    """It was refused only when the resumed run came to save that step, after retraining from the
+    older checkpoint and rewriting the metrics."""
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=2, save_every=1))
+    shutil.rmtree(run / "checkpoints" / "step-2")
+    (run / "checkpoints" / "step-2").write_text("not a checkpoint")
+    before = files_in(run)
+    assert main(["train", "--output-dir", str(run), "--resume", "--steps", "3"]) == 2
+    assert (
+        "checkpoints/step-2 is not a checkpoint directory; move it aside to resume" in capsys.readouterr().err
+    )
+    assert files_in(run) == before
+
+
+def test_a_resume_with_only_the_final_model_to_write_says_so(tmp_path, capsys):
+    """A run killed while writing its final model resumes to write just that: the summary said
+    "last reward nan, accuracy nan", and the checkpoint it had loaded was written again."""
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    train(small(tmp_path, steps=2, save_every=1))
+    shutil.rmtree(run / "final_model")
+    saved = (run / "checkpoints" / "step-2" / "trainer_state.json").stat().st_mtime_ns
+    assert main(["train", "--output-dir", str(run), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "done: all 2 steps were trained before; wrote the final model" in err and "nan" not in err, err
+    assert (run / "final_model" / "model.safetensors").exists()
+    assert (run / "checkpoints" / "step-2" / "trainer_state.json").stat().st_mtime_ns == saved
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_stop_right_after_a_periodic_save_writes_that_checkpoint_once(tmp_path, command):
+    """Ctrl-C during the step that a periodic save ends wrote the same checkpoint twice (a 1.7B
+    model's takes minutes)."""
+
+    def interrupt_at_step_2(step, total, row):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, handled by the run's StopRequest
+
+    if command == "train":
+        result = train(small(tmp_path, steps=4, save_every=2), progress=interrupt_at_step_2)
+        assert result.stopped_early and result.steps == 2
+    else:
+        cfg = SFTConfig(model="tiny", tiny_size="nano", tasks=["countdown"], steps=4, batch_size=2, save_every=2,
+                        output_dir=str(tmp_path / "run"))  # fmt: skip
+        with pytest.raises(KeyboardInterrupt):  # SFTStopped
+            sft(cfg, progress=interrupt_at_step_2)
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert log.count("checkpoint at step 2") == 1, log
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-2"]

@@ -76,6 +76,9 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
     if not held:
         check_not_held(run_dir)
     if cfg.resume:
+        for entry in sorted((run_dir / CHECKPOINT_DIR).glob("step-*")):
+            if _STEP.match(entry.name) and not entry.is_dir():  # found only when its step came round
+                raise UserError(f"{entry} is not a checkpoint directory; move it aside to resume")
         found = checkpoints(run_dir)
         if not found:
             if (run_dir / "config.json").is_file() and not (run_dir / "final_model").exists():
@@ -211,12 +214,16 @@ def verify_checksums(path: Path) -> None:
         return
     try:
         expected = json.loads(listed.read_text(encoding="utf-8"))
-        assert isinstance(expected, dict)
-    except (OSError, ValueError, UnicodeDecodeError, AssertionError):
+    except (OSError, ValueError, UnicodeDecodeError):
         raise DamagedFile(f"{CHECKSUMS} is damaged") from None
+    if not isinstance(expected, dict):
+        raise DamagedFile(f"{CHECKSUMS} is damaged")
     found = file_checksums(path)
-    for name, digest in expected.items():
+    for name, digest in sorted(expected.items()):
         if found.get(name) != digest:
+            folder = name.split("/")[0]
+            if "/" in name and not (path / folder).exists():
+                raise DamagedFile(f"{folder}/ is missing")  # a whole directory gone, not one file
             what = "is missing" if name not in found else "does not match its checksum (damaged on disk)"
             raise DamagedFile(f"{name} {what}")
 
@@ -229,6 +236,10 @@ class CheckpointMismatch(Exception):
 def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
     from safetensors.torch import load_file
 
+    if not any(model_dir.glob("*.safetensors")):  # not another architecture: no weights at all
+        raise DamagedFile(
+            f"{model_dir.name}/ holds no weights" if model_dir.is_dir() else f"{model_dir.name}/ is missing"
+        )
     adapter = (model_dir / "adapter_model.safetensors").exists()
     if adapter != lora and any(model_dir.glob("*.safetensors")):
         written, running = (

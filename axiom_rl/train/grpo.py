@@ -601,6 +601,7 @@ class Run:
     card: dict[str, Any]
     step: int = 0
     bad_steps: int = 0
+    saved_step: int | None = None  # the step of the checkpoint on disk that this run wrote or loaded
     sandbox: Sandbox | None = None
     overlap: bool = False
 
@@ -661,6 +662,7 @@ class Run:
             rank=parallel.rank, world=parallel.world,
         )  # fmt: skip
         self.step, self.bad_steps = state["step"], state.get("bad_steps", 0)
+        self.saved_step = self.step
         self.scale.load_state_dict(state.get("loss_scale"))
         self.source.load_state_dict(state["sources" if "sources" in state else "streams"][parallel.rank])
         if state.get("estimator"):
@@ -766,6 +768,10 @@ class Run:
         return update, took
 
     def checkpoint(self) -> None:
+        """A checkpoint of this step, unless one is on disk already (a stop right after a periodic
+        save, a resume that only has the final model to write): the same state twice is waste."""
+        if self.step == self.saved_step:
+            return
         parallel = self.parallel
         sources = parallel.gather(self.source.state_dict())
         estimators = parallel.gather(self.estimator.state_dict())
@@ -783,6 +789,7 @@ class Run:
                 self.cfg.keep_checkpoints, rngs, self.card,
             )  # fmt: skip
             self.log.info(f"checkpoint at step {self.step}")
+        self.saved_step = self.step
         parallel.barrier()
 
     def finish(self, stopped_early: bool) -> None:

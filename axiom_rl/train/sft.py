@@ -207,9 +207,10 @@ def _sft(
     examples = SFTExamples(cfg, tok, style, samples, problems)
     scale = LossScale(enabled=policy.dtype == torch.float16)  # see loss_scale.py
     step = 0
+    saved_step = None  # the step of the checkpoint on disk that this run wrote or loaded
     if ckpt is not None:
         state = load_checkpoint(ckpt, cfg, policy.model, optimizer, scheduler, policy.lora)
-        step = state["step"]
+        step = saved_step = state["step"]
         scale.load_state_dict(state.get("loss_scale"))
         examples.skip(step * cfg.batch_size)  # the examples the steps so far took
         save_config(cfg, run_dir / "config.json")  # the resumed run's options (--steps, say), once loaded
@@ -240,10 +241,14 @@ def _sft(
             "sft_steps": step,
         }
 
-    def checkpoint() -> None:
+    def checkpoint() -> None:  # unless this step's is on disk already (a stop right after a save)
+        nonlocal saved_step
+        if step == saved_step:
+            return
         state = {"step": step, "loss_scale": scale.state_dict() if scale.enabled else None}
         save_checkpoint(run_dir, step, policy, optimizer, scheduler, state, cfg.keep_checkpoints, card=card())
         log.info(f"checkpoint at step {step}")
+        saved_step = step
 
     start = time.perf_counter()
     policy.model.train()
