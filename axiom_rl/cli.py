@@ -22,7 +22,7 @@ from rich.table import Column, Table
 
 from .config import EvalConfig, SFTConfig, TrainConfig
 from .errors import UserError
-from .terminal import cell, printable
+from .terminal import cell, one_line, printable
 
 
 def _console(stderr: bool = False) -> Console:
@@ -807,9 +807,9 @@ def emit_comparison(rows: list[dict[str, Any]], run_a: str, run_b: str, fmt: str
         for r in rows
     ]  # fmt: skip
     if fmt == "markdown":
-        sys.stdout.write(printable("| " + " | ".join(header) + " |\n|" + " --- |" * len(header) + "\n"))
+        sys.stdout.write("| " + " | ".join(map(one_line, header)) + " |\n|" + " --- |" * len(header) + "\n")
         for line in lines:
-            sys.stdout.write(printable("| " + " | ".join(line) + " |") + "\n")
+            sys.stdout.write("| " + " | ".join(map(one_line, line)) + " |\n")
         return
     columns = [Column(header=cell(name)) for name in header]
     table = Table(*columns, title=cell(f"{run_a} -> {run_b}"), title_justify="left")

@@ -29,6 +29,14 @@ def printable(text: str) -> str:
     return _ACTIVE.sub(_escape, text)
 
 
+_LINE_BREAKS = re.compile("[\t\n]")
+
+
+def one_line(text: str) -> str:
+    """`printable(text)` with tabs and newlines escaped too: a name or a table cell stays on its line."""
+    return _LINE_BREAKS.sub(_escape, printable(text))
+
+
 def cell(text: object) -> Text:
-    """A table cell of stored text: escaped (printable), and never read as rich markup."""
-    return Text(printable(str(text)))
+    """A table cell of stored text: on one line, escaped (one_line), never read as rich markup."""
+    return Text(one_line(str(text)))

@@ -438,6 +438,44 @@ def test_eval_prints_stored_text_with_its_escape_sequences_shown_not_acted_on(tm
             assert "\x1b" not in out and ("\\x1b" in out or fmt == ["--format", "csv"]), (command, fmt, out)
 
 
+def test_a_run_name_with_a_newline_keeps_the_tables_whole_and_is_refused_for_new_runs(tmp_path, capsys):
+    """A name with a line break in a database someone handed over broke `eval list`'s table and
+    compare's header; `eval --run-name` accepted one."""
+    db = tmp_path / "r.db"
+    (lcs,) = generate_problems("lcs", 1, 1, split="eval")
+    name = "two\nlines"
+    with ResultsDB(db) as store:
+        run = store.start_run(name, "model", {})
+        store.add_batch(run, [lcs], [Attempt(lcs.id, 0, "x", 0.0, "wrong_answer", 0, 8, 9, 0.0, "")])
+    assert main(["eval", "list", "--db", str(db)]) == 0
+    out, _ = capsys.readouterr()
+    assert "two\\x0alines" in out and len(out.strip().splitlines()) == 2, out  # the header and one row
+    for fmt in ("table", "markdown"):
+        assert main(["eval", "compare", name, name, "--db", str(db), "--format", fmt]) == 0
+        out, _ = capsys.readouterr()
+        assert not any(line.startswith("lines") for line in out.splitlines()), out
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                "tiny",
+                "--task",
+                "countdown",
+                "--count",
+                "1",
+                "--db",
+                str(db),
+                "--run-name",
+                name,
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "--run-name 'two\\x0alines': a run's name is one line without control characters" in err, err
+
+
 def test_eval_twice_then_compare_in_every_format(tmp_path, model_dir, capsys):
     db = tmp_path / "r.db"
     args = [

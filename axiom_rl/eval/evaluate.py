@@ -25,6 +25,7 @@ from ..rollout import generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
 from ..tasks import generate_problems, get_task, task_names
 from ..tasks.prompts import format_prompt
+from ..terminal import one_line
 from ..train.plan import (
     GENERATED_PROBLEM_OPTIONS,
     check_sampling,
@@ -43,6 +44,10 @@ GENERATION_OPTIONS = {**GENERATED_PROBLEM_OPTIONS, "count": "--count", "split": 
 
 def check_eval_config(cfg: EvalConfig) -> None:
     """Every option checked, before a progress bar draws or a database opens."""
+    if cfg.run_name is not None and one_line(cfg.run_name) != cfg.run_name:
+        raise UserError(
+            f"--run-name '{one_line(cfg.run_name)}': a run's name is one line without control characters"
+        )
     choose("split", cfg.split, field_choices("split"))
     choose("prompt style", cfg.prompt_style, field_choices("prompt_style"))
     choose("overlap verification", cfg.overlap_verification, field_choices("overlap_verification"))
