@@ -165,6 +165,45 @@ def remove_dead_temporaries(run_dir: Path) -> list[Path]:
     return removed
 
 
+def remove_if_abandoned(directory: Path, lock: Path) -> bool:
+    """Remove `directory` if no live process holds `lock` (an flock, as hold_run_dir and
+    holding() take): what a killed process was building. A held one is another process's work
+    in progress and stays. A missing lock file counts as free (a writer older than the lock).
+    Returns whether it was removed."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return False  # cannot tell: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    try:
+        shutil.rmtree(directory, ignore_errors=True)
+        if not lock.is_relative_to(directory):
+            lock.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+    return not directory.exists()
+
+
+@contextlib.contextmanager
+def holding(lock: Path) -> Iterator[None]:
+    """Hold the flock on `lock` (created if needed) for the block: remove_if_abandoned leaves
+    what it guards alone. The kernel drops it when the process ends, however it ends."""
+    import fcntl
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def check_not_held(run_dir: str | os.PathLike[str]) -> None:
     """The one-line error of hold_run_dir, now, without holding or creating anything: so that a
     run in progress is what a user hears about, not what is missing from it so far."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .io import ensure_dir
+from .io import ensure_dir, hold_run_dir, holding, remove_if_abandoned
 from .report import accuracy_cells, goal_verdicts, write_report
 from .rewards import compute_reward
 from .sandbox import Sandbox
@@ -128,8 +129,6 @@ def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any], short_di
     """The SFT'd base for these settings and this code. Only a base that ran all its steps enters
     the cache: one the time budget stopped early (a slow or busy machine) serves this run from
     `short_dir` and is not kept, or every later run would start from the weaker model."""
-    from .train.sft import SFTConfig, sft
-
     settings = sft_settings(cfg)
     keyed = {**settings, "code": code_fingerprint()}
     key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
@@ -139,7 +138,25 @@ def cached_sft_base(cfg: QuickstartConfig, phase: Callable[[str], Any], short_di
         if _sft_steps_done(final) == settings["steps"]:
             return SFTBase(final, True, 0.0, settings["steps"], settings["steps"])
         shutil.rmtree(home)  # stopped short by an earlier version, which cached it anyway
-    work = Path(cfg.cache_dir) / f".sft-{key}-{int(time.time())}"
+    cache = ensure_dir(cfg.cache_dir)
+    # What quickstarts killed while training a base left: their work directories and locks.
+    for dead in {p.with_suffix("") if p.suffix == ".lock" else p for p in cache.glob(".sft-*")}:
+        remove_if_abandoned(dead, dead.with_name(dead.name + ".lock"))
+    work = Path(tempfile.mkdtemp(prefix=f".sft-{key}-", dir=cache))
+    lock = work.with_name(work.name + ".lock")
+    with holding(lock):
+        base = _train_sft_base(cfg, settings, phase, work, home, short_dir)
+    lock.unlink(missing_ok=True)  # the work directory has moved: into the cache or the run
+    return base
+
+
+def _train_sft_base(
+    cfg: QuickstartConfig, settings: dict[str, Any], phase: Callable[[str], Any], work: Path, home: Path,
+    short_dir: Path,
+) -> SFTBase:  # fmt: skip
+    from .train.sft import SFTConfig, sft
+
+    final = home / "final_model"
     start = time.perf_counter()
     with phase("SFT warm-up") as progress:
         sft(
@@ -196,13 +213,34 @@ def evaluate_both(
 
 
 def run_quickstart(cfg: QuickstartConfig, console: Console, phase: Callable[[str], Any]) -> Path:
+    started = time.perf_counter()
+    for removed in remove_unfinished_runs(Path(cfg.output_dir)):
+        console.print(f"removed {removed}: a quickstart that was stopped before it finished")
+    run_dir = Path(cfg.output_dir) / f"quickstart-{time.strftime('%Y%m%d-%H%M%S')}-s{cfg.seed}"
+    ensure_dir(run_dir, exist_ok=False)
+    with hold_run_dir(run_dir):  # unfinished but held: another quickstart in progress
+        return _run_quickstart(cfg, console, phase, run_dir, started)
+
+
+def remove_unfinished_runs(output_dir: Path) -> list[Path]:
+    """Quickstart directories that a killed (or failed) quickstart left without its report: a
+    quickstart cannot be resumed, so they hold only its half-done parts. Another quickstart's
+    directory in progress is held (hold_run_dir) and stays."""
+    removed = []
+    for run_dir in sorted(output_dir.glob("quickstart-*")) if output_dir.is_dir() else ():
+        ours = (run_dir / "quickstart.json").is_file() and not run_dir.is_symlink()
+        if ours and not (run_dir / "report.md").exists() and remove_if_abandoned(run_dir, run_dir / ".lock"):
+            removed.append(run_dir)
+    return removed
+
+
+def _run_quickstart(
+    cfg: QuickstartConfig, console: Console, phase: Callable[[str], Any], run_dir: Path, started: float
+) -> Path:
     from .config import TrainConfig
     from .train.grpo import train
     from .train.sft import SFTConfig, sft
 
-    started = time.perf_counter()
-    run_dir = Path(cfg.output_dir) / f"quickstart-{time.strftime('%Y%m%d-%H%M%S')}-s{cfg.seed}"
-    ensure_dir(run_dir, exist_ok=False)
     (run_dir / "quickstart.json").write_text(json.dumps(asdict(cfg), indent=1) + "\n")
     db = run_dir / "results.db"
 

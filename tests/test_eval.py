@@ -974,6 +974,45 @@ def test_problems_check_command(capsys):
     assert "reference solutions verified" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_a_quickstart_removes_what_killed_quickstarts_left_and_nothing_in_progress(tmp_path):
+    """A quickstart killed while training its base left a hidden .sft-* work directory in the
+    cache and an unfinished run directory, and nothing ever removed them."""
+    from axiom_rl.io import hold_run_dir, holding
+
+    quickstart = [sys.executable, "-m", "axiom_rl", "quickstart", "--output-dir", "runs", "--eval-count", "2",
+                  "--grpo-steps", "2"]  # fmt: skip
+    killed = subprocess.Popen([*quickstart, "--sft-steps", "100000"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and killed.poll() is None:
+        rows = [
+            len(m.read_text().splitlines()) for m in (tmp_path / ".axiom-cache").glob(".sft-*/metrics.jsonl")
+        ]
+        if rows and rows[0] >= 2:
+            break
+        time.sleep(0.1)
+    killed.kill()
+    killed.wait()
+    cache, runs = tmp_path / ".axiom-cache", tmp_path / "runs"
+    (left_work,) = [p for p in cache.glob(".sft-*") if p.is_dir()]
+    (left_run,) = runs.glob("quickstart-*")
+    # Another quickstart's work in progress, held as a live one holds it: it must stay.
+    busy_run, busy_work = runs / "quickstart-20000101-000000-s9", cache / ".sft-busy"
+    busy_run.mkdir(), busy_work.mkdir()
+    (busy_run / "quickstart.json").write_text("{}")
+    with hold_run_dir(busy_run), holding(cache / ".sft-busy.lock"):
+        done = subprocess.run([*quickstart, "--sft-steps", "3"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"removed runs/{left_run.name}: a quickstart that was stopped before it finished" in done.stdout
+    assert not left_work.exists() and not left_work.with_name(left_work.name + ".lock").exists()
+    assert not left_run.exists() and busy_run.exists() and busy_work.exists()
+    (finished,) = [p for p in runs.glob("quickstart-*") if p != busy_run]
+    assert (finished / "report.md").exists() and len(list(cache.glob("sft-*"))) == 1
+    assert sorted(p.name for p in cache.glob(".sft-*")) == [".sft-busy", ".sft-busy.lock"]
+
+
 def test_make_quickstart_target_calls_the_cli():
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     assert "$(BIN)/axiom-rl quickstart" in makefile
