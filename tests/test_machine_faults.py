@@ -208,3 +208,20 @@ def test_running_out_of_memory_is_one_line_and_the_run_goes_on_with_a_smaller_st
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [row["step"] for row in rows(run / "metrics.jsonl")] == [1, 2]
     assert (run / "final_model" / "model.safetensors").exists()
+
+
+@needs_namespaces
+def test_a_full_disk_under_a_command_that_writes_a_file_is_one_line_and_leaves_nothing(tmp_path):
+    """`problems export` (and every command writing a file) raised OSError's traceback."""
+    disk, out = tmp_path / "disk", tmp_path / "out"
+    disk.mkdir(), out.mkdir()
+    done = in_namespace(f"""
+        mount -t tmpfs -o size=40k tmpfs {disk}
+        {AXIOM} problems export --task countdown --count 2000 --out {disk}/p.jsonl 2> {out}/err; echo $? > {out}/rc
+        ls -a {disk} > {out}/left
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "rc").read_text().strip() == "2"
+    line = one_error_line((out / "err").read_text())
+    assert "no space left on the device; files are written whole or not at all" in line
+    assert (out / "left").read_text().split() == [".", ".."]  # neither the file nor its temporary
