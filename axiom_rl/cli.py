@@ -454,9 +454,12 @@ def resolve_config(
     if resumable and coerce(cls, "resume", overrides.get("resume", from_yaml.get("resume", False))):
         out_dir = overrides.get("output_dir") or from_yaml.get("output_dir")
         saved = Path(out_dir) / "config.json" if out_dir else None
-        if saved is None or not saved.exists():
+        if saved is None:
+            raise UserError("--resume needs --output-dir of an existing run (no output dir given)")
+        if not saved.exists():  # never begun, or stopped before it wrote its config: nothing to lose
             raise UserError(
-                f"--resume needs --output-dir of an existing run (no {saved or 'output dir given'})"
+                f"--resume needs --output-dir of an existing run (no {saved}): no run began there; "
+                f"start it with the run's own options, without --resume"
             )
         try:
             saved_config = json.loads(saved.read_text(encoding="utf-8"))

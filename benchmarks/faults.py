@@ -3,17 +3,19 @@
 One uninterrupted run gives the reference: its metrics and its final weights. Then each trial
 starts the same run in a fresh directory, stops it at a random point with a signal (SIGKILL by
 default: a power cut, the OOM killer, `kill -9`; SIGTERM: a scheduler's preemption; SIGINT:
-Ctrl-C), and resumes it with `--resume` until it finishes. A trial is exact when the resumed
-run logged the reference's figures, step for step, and wrote its final weights byte for byte;
-it must also leave no hidden temporary behind and print no traceback.
+Ctrl-C), and resumes it with `--resume` until it finishes (a run killed before it wrote its
+config began nothing: it is started again with its own command, as `--resume` then says). A
+trial is exact when the resumed run logged the reference's figures, step for step, and wrote its
+final weights byte for byte; it must also leave no hidden temporary behind and print no
+traceback.
 
 The kill points are spread over the run: wait until the metrics hold k rows (k drawn from 0 to
 steps - 1), then a random part of a step more. With a checkpoint every 3 of 8 steps, kills land
 before the process trains, before the first checkpoint, between checkpoints, and during a
 checkpoint's or the final model's write; each trial says where its kill landed.
 
-    python benchmarks/faults.py                  # 20 trials, SIGKILL (the figure in docs/benchmarks.md)
-    python benchmarks/faults.py --trials 30 --signals KILL TERM INT
+    python benchmarks/faults.py --trials 30 --signals KILL TERM INT   # the figure in docs/benchmarks.md
+    python benchmarks/faults.py                                        # 20 trials, SIGKILL alone
 
 Exits 1 if any trial was not exact, else 0; 2 on bad arguments.
 """
@@ -90,6 +92,8 @@ def landing(run: Path, steps: int, finished: bool) -> str:
     if temporaries(run):
         return "while writing a checkpoint or the final model"
     done = len(rows(run))
+    if not (run / "config.json").exists():
+        return "before the run wrote its config"
     if done == 0:
         return "before the first step"
     if not (run / "checkpoints").is_dir():
@@ -117,7 +121,8 @@ def one_trial(
     while not (run / "final_model" / "model.safetensors").exists():
         if resumes == 3:
             return Trial(sig, landed, resumes, False, "not finished after 3 resumes")
-        resumed = train(run, steps, resume=True)
+        # Killed before it wrote its config, no run began: --resume says so, and the command is run again.
+        resumed = train(run, steps, resume=(run / "config.json").exists())
         _, err = resumed.communicate(timeout=600)
         resumes += 1
         if resumed.returncode != 0 or "Traceback" in err:

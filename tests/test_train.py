@@ -1851,3 +1851,18 @@ def test_a_stop_right_after_a_periodic_save_writes_that_checkpoint_once(tmp_path
     log = (tmp_path / "run" / "train.log").read_text()
     assert log.count("checkpoint at step 2") == 1, log
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-2"]
+
+
+def test_a_run_killed_before_it_wrote_its_config_is_started_again_without_resume(tmp_path, capsys):
+    """Killed while it loaded (before its directory held a config), --resume has nothing to read:
+    it says to start the run again, and that command is accepted there."""
+    from axiom_rl.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").touch()  # what a process killed right after taking the directory leaves
+    assert main(["train", "--resume", "--output-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "no run began there; start it with the run's own options, without --resume" in err, err
+    assert main(["train", *KILLABLE, "--steps", "1", "--output-dir", str(run)]) == 0  # the last --steps wins
+    assert _rows(run)[-1]["step"] == 1
