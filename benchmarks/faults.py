@@ -54,7 +54,16 @@ def train(run: Path, steps: int, resume: bool = False) -> subprocess.Popen:
         else [*TRAIN, "--steps", str(steps), "--output-dir", str(run)]
     )
     return subprocess.Popen([sys.executable, "-m", "axiom_rl", "train", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_from_a_terminal)  # fmt: skip
+
+
+def as_from_a_terminal() -> None:
+    """SIGINT and SIGQUIT at their defaults in the run, as a terminal's Ctrl-C finds them: a shell
+    starts a background job (this script under nohup or `&`) with both ignored, the run would
+    inherit that, and Python would then install no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def rows(run: Path) -> list[dict]:
