@@ -878,23 +878,57 @@ def test_an_sft_base_the_time_budget_cut_short_is_used_but_not_cached(tmp_path):
 
 
 @pytest.mark.slow
+def _killed_quickstart(cwd: Path) -> tuple[Path, Path]:
+    """A real `axiom-rl quickstart` SIGKILLed while it trains its base: the half-trained base
+    in the cache and the unfinished run directory it leaves."""
+    killed = subprocess.Popen([sys.executable, "-m", "axiom_rl", "quickstart", "--output-dir", "runs",
+                               "--sft-steps", "100000"], cwd=cwd, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and killed.poll() is None:
+        rows = [len(m.read_text().splitlines()) for m in (cwd / ".axiom-cache").glob(".sft-*/metrics.jsonl")]
+        if rows and rows[0] >= 2:
+            break
+        time.sleep(0.1)
+    killed.kill()
+    killed.wait()
+    (work,) = [p for p in (cwd / ".axiom-cache").glob(".sft-*") if p.is_dir()]
+    (run,) = (cwd / "runs").glob("quickstart-*")
+    return work, run
+
+
 def test_quickstart_pipeline_end_to_end(tmp_path):
+    """The whole quickstart, twice (the second from the cached base), after one that was killed:
+    what that one left (a .sft-* work directory in the cache, an unfinished run directory: nothing
+    removed them) goes, and another quickstart's work in progress stays."""
     from rich.console import Console
 
     from axiom_rl.cli import phase_bar
+    from axiom_rl.io import hold_run_dir, holding
     from axiom_rl.quickstart import QuickstartConfig, run_quickstart
 
+    cache, runs = tmp_path / ".axiom-cache", tmp_path / "runs"
+    left_work, left_run = _killed_quickstart(tmp_path)
+    busy_run, busy_work = runs / "quickstart-20000101-000000-s9", cache / ".sft-busy"
+    busy_run.mkdir(), busy_work.mkdir()
+    (busy_run / "quickstart.json").write_text("{}")
     cfg = QuickstartConfig(
         sft_steps=30,
         grpo_steps=3,
         eval_count=8,
         eval_samples=2,
         control=True,
-        output_dir=str(tmp_path / "runs"),
-        cache_dir=str(tmp_path / "cache"),
+        output_dir=str(runs),
+        cache_dir=str(cache),
     )
     console = Console(file=open(tmp_path / "out.txt", "w"), width=100)  # noqa: SIM115
-    run = run_quickstart(cfg, console, phase_bar)
+    with hold_run_dir(busy_run), holding(cache / ".sft-busy.lock"):  # held as a live quickstart holds them
+        run = run_quickstart(cfg, console, phase_bar)
+    said = " ".join((tmp_path / "out.txt").read_text().split())  # as rich wrapped it, unwrapped
+    assert f"removed {left_run}: a quickstart that was stopped before it finished" in said
+    assert not left_work.exists() and not left_work.with_name(left_work.name + ".lock").exists()
+    assert not left_run.exists() and busy_run.exists() and busy_work.exists()
+    assert sorted(p.name for p in cache.glob(".sft-*")) == [".sft-busy", ".sft-busy.lock"]
     for name in (
         "report.md",
         "training.png",
@@ -913,7 +947,7 @@ def test_quickstart_pipeline_end_to_end(tmp_path):
     report = (run / "report.md").read_text()
     assert "| 1 | yes |" in report
     assert "the control (the same wall time spent on more SFT) on sampled accuracy" in report
-    assert len(list((tmp_path / "cache").glob("sft-*/final_model"))) == 1
+    assert len(list(cache.glob("sft-*/final_model"))) == 1
     second = run_quickstart(cfg, console, phase_bar)  # starts at GRPO: the SFT'd base is cached
     assert "(cached)" in (tmp_path / "out.txt").read_text() and second != run
 
@@ -972,45 +1006,6 @@ def test_quickstart_command_rejects_bad_counts(capsys):
 def test_problems_check_command(capsys):
     assert main(["problems", "check", "--count", "1"]) == 0
     assert "reference solutions verified" in capsys.readouterr().out
-
-
-@pytest.mark.slow
-def test_a_quickstart_removes_what_killed_quickstarts_left_and_nothing_in_progress(tmp_path):
-    """A quickstart killed while training its base left a hidden .sft-* work directory in the
-    cache and an unfinished run directory, and nothing ever removed them."""
-    from axiom_rl.io import hold_run_dir, holding
-
-    quickstart = [sys.executable, "-m", "axiom_rl", "quickstart", "--output-dir", "runs", "--eval-count", "2",
-                  "--grpo-steps", "2"]  # fmt: skip
-    killed = subprocess.Popen([*quickstart, "--sft-steps", "100000"], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and killed.poll() is None:
-        rows = [
-            len(m.read_text().splitlines()) for m in (tmp_path / ".axiom-cache").glob(".sft-*/metrics.jsonl")
-        ]
-        if rows and rows[0] >= 2:
-            break
-        time.sleep(0.1)
-    killed.kill()
-    killed.wait()
-    cache, runs = tmp_path / ".axiom-cache", tmp_path / "runs"
-    (left_work,) = [p for p in cache.glob(".sft-*") if p.is_dir()]
-    (left_run,) = runs.glob("quickstart-*")
-    # Another quickstart's work in progress, held as a live one holds it: it must stay.
-    busy_run, busy_work = runs / "quickstart-20000101-000000-s9", cache / ".sft-busy"
-    busy_run.mkdir(), busy_work.mkdir()
-    (busy_run / "quickstart.json").write_text("{}")
-    with hold_run_dir(busy_run), holding(cache / ".sft-busy.lock"):
-        done = subprocess.run([*quickstart, "--sft-steps", "3"], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"removed runs/{left_run.name}: a quickstart that was stopped before it finished" in done.stdout
-    assert not left_work.exists() and not left_work.with_name(left_work.name + ".lock").exists()
-    assert not left_run.exists() and busy_run.exists() and busy_work.exists()
-    (finished,) = [p for p in runs.glob("quickstart-*") if p != busy_run]
-    assert (finished / "report.md").exists() and len(list(cache.glob("sft-*"))) == 1
-    assert sorted(p.name for p in cache.glob(".sft-*")) == [".sft-busy", ".sft-busy.lock"]
 
 
 def test_make_quickstart_target_calls_the_cli():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from axiom_rl.cli import main
 from axiom_rl.eval.failures import countdown_class, wilson_interval
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.tasks import generate_problems
@@ -206,7 +207,9 @@ def test_the_failures_source_replays_the_file_mixed_with_fresh_problems(collecte
             make_source(bad, context)
 
 
-def test_a_failures_file_whose_problems_do_not_verify_is_refused(collected: Path, tmp_path: Path):
+def test_a_failures_file_whose_problems_do_not_verify_is_refused(
+    collected: Path, tmp_path: Path, capsys, monkeypatch
+):
     """A problem whose reference solution fails its own checks (a Countdown target changed; a code
     problem whose tests disagree with its solution, judged in the real sandbox), or whose
     metadata its task cannot read: one line, exit 2, no run directory."""
@@ -223,9 +226,12 @@ def test_a_failures_file_whose_problems_do_not_verify_is_refused(collected: Path
         ([wrong_test], f"problem {code.id!r} does not verify: its reference solution gets wrong_answer"),
         ([lines[0], no_numbers], "bad.jsonl:2: not a problem (a countdown problem needs metadata.numbers"),
     ]  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
     for problems, message in cases:
         (tmp_path / "bad.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
-        proc = cli("train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--steps", "1",
-                   "--source", "failures:file=bad.jsonl", "--output-dir", "run", cwd=tmp_path)  # fmt: skip
-        assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        code = main(["train", "--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--steps", "1",
+                     "--source", "failures:file=bad.jsonl", "--output-dir", "run"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1, err
         assert not (tmp_path / "run").exists()

@@ -50,25 +50,25 @@ def model_of(problem: Problem) -> LinearModel:
     return LinearModel.from_dict(problem.metadata["model"])
 
 
-def _fifty(difficulty: int) -> list[str]:
-    return [p.to_json() for p in generate_problems("or_debug", difficulty, 50, seed=7)]
+def _twenty(difficulty: int) -> list[str]:
+    return [p.to_json() for p in generate_problems("or_debug", difficulty, 20, seed=7)]
 
 
 @pytest.fixture(scope="module")
 def problems() -> list[Problem]:
-    """50 problems at each difficulty 1-10 (500 in all), made on every core."""
+    """20 problems at each difficulty 1-10 (200 in all), made on every core."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     spawn = multiprocessing.get_context("spawn")  # no HiGHS threads of this process carried over
     with ProcessPoolExecutor(max(1, min(4, len(os.sched_getaffinity(0)))), mp_context=spawn) as pool:
-        return [Problem.from_json(line) for lines in pool.map(_fifty, range(10, 0, -1)) for line in lines][
+        return [Problem.from_json(line) for lines in pool.map(_twenty, range(10, 0, -1)) for line in lines][
             ::-1
         ]
 
 
 def test_every_reference_repair_scores_1_and_leaving_the_model_or_a_random_deletion_scores_nothing(problems):
-    assert len(problems) == 500
+    assert len(problems) == 200
     rng = random.Random(0)
     families = Counter()
     for p in problems:

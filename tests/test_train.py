@@ -1087,15 +1087,23 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path, capsys):
         (["--nope", "1"], "No such option"),
     ],
 )
-def test_bad_input_is_one_line_before_anything_loads(tmp_path, args, message):
+def test_bad_input_is_one_line_before_anything_loads(tmp_path, capsys, args, message):
+    assert main(["train", "--output-dir", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_input_stops_a_fresh_process_before_a_model_loads(tmp_path):
+    """The same from the shell: a new interpreter, one line, no directory, and no model loaded
+    first (an unknown task after a hub model would otherwise download it)."""
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "axiom_rl", "train", "--output-dir", str(tmp_path / "r"), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        [sys.executable, "-m", "axiom_rl", "train", "--output-dir", str(tmp_path / "r"), "--model",
+         "Qwen/Qwen2.5-0.5B", "--task", "nope"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "unknown task 'nope'" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert time.monotonic() - start < 20
     assert not (tmp_path / "r").exists()
@@ -1222,32 +1230,25 @@ def test_a_checkpoint_of_another_model_says_which_option_differs(capsys, tmp_pat
     assert files_in(run) == before
 
 
-def test_seed_flag_names_and_yaml_with_overrides(tmp_path):
+def test_seed_flag_names_and_yaml_with_overrides(tmp_path, capsys):
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text(
         "model: tiny\ntiny_size: nano\nsteps: 5\nprompts_per_step: 1\nmax_completion_length: 8\n"
     )
     run = tmp_path / "seeds"
-    proc = subprocess.run(
-        [sys.executable, "-m", "axiom_rl", "train", "--config", str(yaml_file), "--problems", "countdown", "test_letters_not_registered_here",
-         "--generations", "2", "--steps", "1", "--output-dir", str(run)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert (
-        proc.returncode == 2 and "test_letters_not_registered_here" in proc.stderr
-    )  # --problems took both values
-    proc = subprocess.run(
-        [sys.executable, "-m", "axiom_rl", "train", "--config", str(yaml_file), "--problems", "countdown", "lcs",
-         "--generations", "2", "--steps", "1", "--verbose", "--output-dir", str(run)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    code = main(["train", "--config", str(yaml_file), "--problems", "countdown", "test_letters_not_registered_here",
+                 "--generations", "2", "--steps", "1", "--output-dir", str(run)])  # fmt: skip
+    assert code == 2 and "test_letters_not_registered_here" in capsys.readouterr().err  # --problems took both
+    code = main(["train", "--config", str(yaml_file), "--problems", "countdown", "lcs", "--generations", "2",
+                 "--steps", "1", "--verbose", "--output-dir", str(run)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
     cfg = json.loads((run / "config.json").read_text())
     assert (
         cfg["tasks"] == ["countdown", "lcs"] and cfg["num_generations"] == 2 and cfg["steps"] == 1
     )  # CLI over YAML
     assert cfg["tiny_size"] == "nano" and cfg["verbose"] is True
-    assert "[step 1]" in proc.stderr
+    assert "[step 1]" in err
 
 
 # ---------------------------------------------------------------------------------- data parallel
