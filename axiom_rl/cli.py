@@ -985,14 +985,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as e:  # the machine's failures are the user's to fix; anything else is ours
-        from .resources import out_of_memory, storage_failure
+        from .resources import machine_failure
 
-        reason = out_of_memory(e) or storage_failure(e, Path.cwd())
-        if reason is None:
+        if (failure := machine_failure(e, Path.cwd())) is None:
             raise
         where = f" ({e.filename})" if isinstance(e, OSError) and e.filename else ""
         return _user_error(
-            f"{reason}{where}; files are written whole or not at all, so none was left half-written"
+            f"{failure.reason}{where}; files are written whole or not at all, so none was left half-written"
         )
 
 

@@ -3,11 +3,12 @@ read-only media, a failing device) or its memory.
 
 Those are the user's to fix, and deserve one line that says so, but the libraries report them in
 their own ways. Memory: Python's MemoryError, torch's "DefaultCPUAllocator: can't allocate
-memory" (a RuntimeError) and torch.OutOfMemoryError on a GPU. Storage: Python raises OSError with the errno; safetensors wraps the
-OS error's text ("No space left on device (os error 28)"); torch's zip writer loses the error and
-raises "unexpected pos N vs M" when a write comes up short; sqlite3 says "database or disk is
-full", "attempt to write a readonly database", or, when the disk fills as it writes its WAL, just
-"disk I/O error". `storage_failure` reads all of them.
+memory" (a RuntimeError) and torch.OutOfMemoryError on a GPU ("CUDA out of memory"). Storage:
+Python raises OSError with the errno; safetensors wraps the OS error's text ("No space left on
+device (os error 28)"); torch's zip writer loses the error and raises "unexpected pos N vs M"
+when a write comes up short; sqlite3 says "database or disk is full", "attempt to write a
+readonly database", or, when the disk fills as it writes its WAL, just "disk I/O error".
+`machine_failure` reads all of them.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ _NO_MEMORY = re.compile(
 
 
 def out_of_memory(error: BaseException) -> str | None:
-    """ "out of memory", with the allocation that failed where the error names it; else None."""
+    """Out of memory, in words (with the allocation that failed where the error names it); else None."""
     for e in _chain(error):
         if isinstance(e, MemoryError):
             return "out of memory"
@@ -104,6 +105,16 @@ class MachineFailure:
     memory: bool  # memory rather than storage: the remedy differs
 
 
+def machine_failure(error: BaseException, where: str | Path) -> MachineFailure | None:
+    """What of the machine failed, when memory or the storage holding `where` is why `error`
+    happened; else None."""
+    if (reason := out_of_memory(error)) is not None:
+        return MachineFailure(reason, memory=True)
+    if (reason := storage_failure(error, where)) is not None:
+        return MachineFailure(reason, memory=False)
+    return None
+
+
 @contextlib.contextmanager
 def machine_errors(where: str | Path, then: Callable[[MachineFailure], str]) -> Iterator[None]:
     """Turn a failure of the storage under `where`, or of memory, into a one-line UserError,
@@ -113,10 +124,6 @@ def machine_errors(where: str | Path, then: Callable[[MachineFailure], str]) -> 
     except UserError:
         raise
     except Exception as error:
-        if (reason := out_of_memory(error)) is not None:
-            failure = MachineFailure(reason, memory=True)
-        elif (reason := storage_failure(error, where)) is not None:
-            failure = MachineFailure(reason, memory=False)
-        else:
+        if (failure := machine_failure(error, where)) is None:
             raise
         raise UserError(then(failure)) from error
