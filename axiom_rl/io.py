@@ -148,20 +148,28 @@ def hold_run_dir(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
 _TEMPORARY = re.compile(r"^\..+\.(tmp|old)$")  # _temporary_sibling's and atomic_directory's names
 
 
-def remove_dead_temporaries(run_dir: Path) -> list[Path]:
+def temporaries_in(run_dir: Path) -> list[Path]:
     """The hidden temporaries (`.step-N.*.tmp`, `.final_model.*.tmp`, `.metrics.jsonl.*.tmp`, a
-    replaced directory's `.*.old`) that a writer killed mid-write left in `run_dir` and its
-    checkpoints: called by the run directory's holder, so no live writer owns them (a 1.7B
-    model's is some 20 GB per crash). Returns what it removed."""
-    removed = []
-    for folder in (run_dir, run_dir / "checkpoints"):
-        for entry in folder.iterdir() if folder.is_dir() else ():
-            if _TEMPORARY.match(entry.name) and not entry.is_symlink():
-                if entry.is_dir():
-                    shutil.rmtree(entry, ignore_errors=True)
-                else:
-                    entry.unlink(missing_ok=True)
-                removed.append(entry)
+    replaced directory's `.*.old`) in `run_dir` and its checkpoints: a writer's work in progress,
+    or what one killed mid-write left."""
+    return [
+        entry
+        for folder in (run_dir, run_dir / "checkpoints")
+        for entry in (folder.iterdir() if folder.is_dir() else ())
+        if _TEMPORARY.match(entry.name) and not entry.is_symlink()
+    ]
+
+
+def remove_dead_temporaries(run_dir: Path) -> list[Path]:
+    """The temporaries (temporaries_in) that a writer killed mid-write left in `run_dir`: called
+    by the run directory's holder, so no live writer owns them (a 1.7B model's is some 20 GB per
+    crash). Returns what it removed."""
+    removed = temporaries_in(run_dir)
+    for entry in removed:
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
     return removed
 
 

@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import random
-import re
 import shutil
 import signal
 import statistics
@@ -41,10 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from axiom_rl.io import temporaries_in  # noqa: E402
+
 TRAIN = ["--model", "tiny", "--tiny-size", "nano", "--task", "countdown", "--prompts-per-step", "2",
          "--num-generations", "4", "--max-completion-length", "12", "--save-every", "3"]  # fmt: skip
 FIGURES = ("step", "loss", "reward_mean", "accuracy", "kl", "grad_norm", "completion_len_mean")
-TEMPORARY = re.compile(r"^\..+\.(tmp|old)$")
 
 
 def train(run: Path, steps: int, resume: bool = False) -> subprocess.Popen:
@@ -81,11 +83,6 @@ def figures(run: Path) -> list[list]:
     return [[row.get(k) for k in FIGURES] for row in rows(run)]
 
 
-def temporaries(run: Path) -> list[str]:
-    return [p.name for folder in (run, run / "checkpoints") if folder.is_dir() for p in folder.iterdir()
-            if TEMPORARY.match(p.name)]  # fmt: skip
-
-
 @dataclass
 class Trial:
     signal: str
@@ -98,7 +95,7 @@ class Trial:
 def landing(run: Path, steps: int, finished: bool) -> str:
     if finished:
         return "after the run ended"
-    if temporaries(run):
+    if temporaries_in(run):
         return "while writing a checkpoint or the final model"
     done = len(rows(run))
     if not (run / "config.json").exists():
@@ -144,8 +141,8 @@ def one_trial(
         reference / "final_model" / "model.safetensors"
     ).read_bytes():
         return Trial(sig, landed, resumes, False, "final weights differ")
-    if left := temporaries(run):
-        return Trial(sig, landed, resumes, False, f"temporaries left: {left}")
+    if left := temporaries_in(run):
+        return Trial(sig, landed, resumes, False, f"temporaries left: {[p.name for p in left]}")
     return Trial(sig, landed, resumes, True)
 
 

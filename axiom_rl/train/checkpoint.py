@@ -103,23 +103,22 @@ def check_run_dir(cfg: Any, held: bool = False) -> Path | None:
     return None
 
 
+# After out of memory, what makes the next attempt smaller, by command (either may be given with --resume).
+SMALLER_STEP = {
+    "train": "make the step smaller (fewer --prompts-per-step or --num-generations, a shorter "
+    "--max-completion-length, more --gradient-accumulation-steps)",
+    "sft": "give a smaller --batch-size",
+}
+
+
 def machine_failure_message(failure: MachineFailure, run_dir: Path, command: str) -> str:
     """The one line for a run that the disk or memory stopped (resources.machine_errors):
     checkpoints and the final model are written whole or not at all, and a resume drops the rows
     past its checkpoint, so the run goes on from where its files say once the machine allows."""
-    if not failure.memory:
-        what, remedy = f"{failure.reason} while writing {run_dir}", "make room"
-    elif command == "train":
-        what = f"{failure.reason} in the run in {run_dir}"
-        remedy = (
-            "free memory, or make the step smaller (fewer --prompts-per-step or --num-generations, a "
-            "shorter --max-completion-length, more --gradient-accumulation-steps)"
-        )
+    if failure.memory:
+        what, remedy = f"{failure.reason} in the run in {run_dir}", f"free memory, or {SMALLER_STEP[command]}"
     else:
-        what, remedy = (
-            f"{failure.reason} in the run in {run_dir}",
-            "free memory, or give a smaller --batch-size",
-        )
+        what, remedy = f"{failure.reason} while writing {run_dir}", "make room"
     return (
         f"{what}; what the run wrote before is intact: {remedy}, then resume with: "
         f"axiom-rl {command} --resume --output-dir {run_dir}"
@@ -241,7 +240,7 @@ def load_model_weights(model: Any, model_dir: Path, lora: bool) -> None:
             f"{model_dir.name}/ holds no weights" if model_dir.is_dir() else f"{model_dir.name}/ is missing"
         )
     adapter = (model_dir / "adapter_model.safetensors").exists()
-    if adapter != lora and any(model_dir.glob("*.safetensors")):
+    if adapter != lora:
         written, running = (
             ("a LoRA adapter", "fine-tunes all weights")
             if adapter
