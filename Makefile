@@ -24,8 +24,11 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q $(EDITABLE) .
 	@touch $@
 
+# verl, without its dependencies (ray, vllm, ...): the suite runs its sandbox_fusion client,
+# which needs only requests, against `axiom-rl sandbox serve`.
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q $(EDITABLE) '.[dev]'
+	$(PIP) install -q --no-deps 'verl==0.9.1'
 	@touch $@ $(VENV)/.installed
 
 quickstart: $(VENV)/.installed

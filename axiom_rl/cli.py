@@ -181,6 +181,11 @@ def problems_show(task: str, difficulty: int, seed: int, index: int, split: str,
 @click.option("--task", "-t", "task_spec", help="Task name(s), comma-separated.")
 @click.option("--all", "all_tasks", is_flag=True, help="Every generated task.")
 @click.option(
+    "--problems-file",
+    type=click.Path(dir_okay=False),
+    help="A problems file (an import of HumanEval or MBPP, an earlier export) instead of generated problems.",
+)
+@click.option(
     "--difficulty",
     "-d",
     help="A difficulty (5) or an inclusive range (1-3), as train, sft and eval take.  [default: 1]",
@@ -192,7 +197,34 @@ def problems_show(task: str, difficulty: int, seed: int, index: int, split: str,
 @click.option("--seed", "-s", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--split", type=click.Choice(["train", "eval"]), default="train", show_default=True)
 @click.option("--num-tests", type=int, help="Hidden tests per code problem (default: the task's, usually 8).")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Output .jsonl file.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "hf", "verl"]),
+    default="jsonl",
+    show_default=True,
+    help="jsonl: a problems file; hf: a Hugging Face dataset directory (save_to_disk), for TRL; "
+    "verl: a parquet file with verl's columns.",
+)
+@click.option(
+    "--conversational",
+    is_flag=True,
+    help="hf: the prompt as one user message (for a chat template) instead of plain text; verl's always is.",
+)
+@click.option(
+    "--prompt-style",
+    type=click.Choice(["full", "compact"]),
+    default="full",
+    show_default=True,
+    help="hf and verl: the prompt's style (compact: the built-in model's short form).",
+)
+@click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(),
+    help="Output: a .jsonl file, a new directory (hf) or a .parquet file (verl).",
+)
 @click.option(
     "--references",
     "references_path",
@@ -202,57 +234,97 @@ def problems_show(task: str, difficulty: int, seed: int, index: int, split: str,
 def problems_export(
     task_spec: str | None,
     all_tasks: bool,
+    problems_file: str | None,
     difficulty: str | None,
     difficulty_range: str | None,
     count: int,
     seed: int,
     split: str,
     num_tests: int | None,
+    fmt: str,
+    conversational: bool,
+    prompt_style: str,
     out_path: str,
     references_path: str | None,
 ) -> None:
-    """Write problems as JSONL: COUNT per task and difficulty, deterministic for a seed."""
+    """Write problems as JSONL, a Hugging Face dataset or verl's parquet: COUNT per task and
+    difficulty, deterministic for a seed, or a problems file's."""
     from .io import write_jsonl_atomic
     from .tasks import CodeTask, get_task, iter_problems, parse_task_list, task_names
     from .tasks.generate import parse_range
 
-    if bool(task_spec) == all_tasks:
-        raise UserError("give exactly one of --task T[,T...] or --all")
+    if sum((bool(task_spec), all_tasks, problems_file is not None)) != 1:
+        raise UserError("give exactly one of --task T[,T...], --all or --problems-file F")
     if difficulty is not None and difficulty_range is not None:
         raise UserError("give --difficulty or --difficulty-range, not both")
     if count < 1:
         raise UserError(f"--count must be >= 1, got {count}")
     if num_tests is not None and not 1 <= num_tests <= 100:
         raise UserError(f"--num-tests must be between 1 and 100, got {num_tests}")
-    names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
-    flag = "--difficulty" if difficulty is not None else "--difficulty-range"
-    lo, hi = parse_range(difficulty or difficulty_range or "1", flag)
+    if conversational and fmt != "hf":
+        raise UserError("--conversational is for --format hf (verl's prompts are always messages)")
     if references_path is not None and Path(references_path).resolve() == Path(out_path).resolve():
         raise UserError("--references and --out name the same file")
-    rows: list[str] = []
-    references: list[str] = []
-    bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
-    with bar:  # (a bar closed before an error's line is printed)
-        bar.update(bar_task, total=len(names) * (hi - lo + 1) * count)
-        for name in names:
-            task = get_task(name)
-            if num_tests is not None and isinstance(task, CodeTask):
-                task = get_task(name, num_tests=num_tests)
-            for d in range(lo, hi + 1):
-                for problem in itertools.islice(iter_problems(task, d, seed=seed, split=split), count):
-                    rows.append(problem.to_json())
-                    if references_path is not None:
-                        completion = task.reference_completion(problem, "full")
-                        references.append(json.dumps({"problem_id": problem.id, "completion": completion}))
-                    bar.advance(bar_task)
-    n = write_jsonl_atomic(out_path, rows)
+    problems: list[Any] = []
+    if problems_file is not None:
+        from .verify_files import read_problems_file
+
+        given = [
+            f
+            for f, v in (
+                ("--difficulty", difficulty),
+                ("--difficulty-range", difficulty_range),
+                ("--num-tests", num_tests),
+            )
+            if v is not None
+        ]
+        if given:
+            raise UserError(f"{given[0]} is for generated problems, not with --problems-file")
+        problems = read_problems_file(problems_file)
+        described = f"from {problems_file}"
+    else:
+        names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
+        flag = "--difficulty" if difficulty is not None else "--difficulty-range"
+        lo, hi = parse_range(difficulty or difficulty_range or "1", flag)
+        bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
+        with bar:  # (a bar closed before an error's line is printed)
+            bar.update(bar_task, total=len(names) * (hi - lo + 1) * count)
+            for name in names:
+                task = get_task(name)
+                if num_tests is not None and isinstance(task, CodeTask):
+                    task = get_task(name, num_tests=num_tests)
+                for d in range(lo, hi + 1):
+                    for problem in itertools.islice(iter_problems(task, d, seed=seed, split=split), count):
+                        problems.append(problem)
+                        bar.advance(bar_task)
+        described = (
+            f"{len(names)} task{'s' * (len(names) != 1)}, difficulty "
+            f"{lo if lo == hi else f'{lo}-{hi}'}, {split} split, seed {seed}"
+        )
+    if fmt == "jsonl":
+        n = write_jsonl_atomic(out_path, (p.to_json() for p in problems))
+    else:
+        from .integrations.hf_datasets import save_dataset, save_verl_parquet
+
+        if fmt == "hf":
+            save_dataset(problems, out_path, prompt_style, conversational)
+        else:
+            save_verl_parquet(problems, out_path, split, prompt_style)
+        n = len(problems)
     if references_path is not None:
+        references = [
+            json.dumps({"problem_id": p.id, "completion": get_task(p.task).reference_completion(p, "full")})
+            for p in problems
+            if p.reference_solution is not None
+        ]
         write_jsonl_atomic(references_path, references)
-        err.print(f"wrote {n} reference answers to {references_path}")
-    err.print(
-        f"wrote {n} problems ({len(names)} task{'s' * (len(names) != 1)}, difficulty "
-        f"{lo if lo == hi else f'{lo}-{hi}'}, {split} split, seed {seed}) to {out_path}"
-    )
+        err.print(f"wrote {len(references)} reference answers to {references_path}")
+    what = {
+        "jsonl": "problems",
+        "hf": "problems as a Hugging Face dataset",
+        "verl": "problems as verl's parquet",
+    }
+    err.print(f"wrote {n} {what[fmt]} ({described}) to {out_path}")
 
 
 @problems.command("import")
@@ -284,12 +356,24 @@ def problems_import(fmt: str, path: str, out_path: str, challenge: bool) -> None
 @click.option(
     "--timeout", "--verify-timeout", type=float, help="CPU seconds per submission (default: each task's own)."
 )
+@click.option(
+    "--sandbox-url",
+    help="Verify on `axiom-rl sandbox serve` servers instead of a local sandbox: URLs, comma-separated "
+    "(round-robin; a failed request goes to the next).",
+)
+@click.option(
+    "--token",
+    envvar="AXIOM_RL_SANDBOX_TOKEN",
+    help="The servers' token (default: $AXIOM_RL_SANDBOX_TOKEN).",
+)
 def verify(
     problems_path: str,
     completions_path: str,
     out_path: str | None,
     workers: int | None,
     timeout: float | None,
+    sandbox_url: str | None,
+    token: str | None,
 ) -> int:
     """Run completions against their problems in the sandbox; print a summary."""
     from .io import atomic_open
@@ -297,11 +381,22 @@ def verify(
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
+    if sandbox_url is not None and workers is not None:
+        raise UserError("--workers is for a local sandbox, not with --sandbox-url (each server has its own)")
+    remote = None
+    if sandbox_url is not None:
+        from .integrations.remote import RemoteVerifier
+
+        remote = RemoteVerifier(sandbox_url, token=token)
     with contextlib.ExitStack() as stack:
+        if remote is not None:
+            stack.callback(remote.close)
         # Opened first, so an --out that cannot be written fails before the verification, not after.
         sink = stack.enter_context(atomic_open(out_path)) if out_path else sys.stdout
         with progress_bar("verifying") as progress:
-            report = verify_files(problems_path, completions_path, workers, timeout, progress=progress)
+            report = verify_files(
+                problems_path, completions_path, workers, timeout, progress=progress, remote=remote
+            )
         for e in report.errors:
             click.echo(f"error: {e}", err=True)
         for row in report.results:
@@ -878,6 +973,49 @@ def eval_list(db: str) -> None:
         for run in store.runs():
             table.add_row(cell(run.name), cell(run.created), cell(run.model), str(len(store.done(run))))
     out.print(table)
+
+
+# ------------------------------------------------------------------------------------- sandbox
+
+
+@cli.group()
+def sandbox() -> None:
+    """The sandbox as a network service: verification on other machines."""
+
+
+@sandbox.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any free port."
+)
+@click.option("--workers", type=click.IntRange(min=1), help="Sandbox slots (default: one per core).")
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    help="Requests run at once; more are refused with 429 (default: twice the workers).",
+)
+@click.option(
+    "--token",
+    envvar="AXIOM_RL_SANDBOX_TOKEN",
+    help="Required of clients (Authorization: Bearer T, or ?token=T); needed beyond loopback "
+    "(default: $AXIOM_RL_SANDBOX_TOKEN).",
+)
+def sandbox_serve(host: str, port: int, workers: int | None, capacity: int | None, token: str | None) -> None:
+    """Serve the sandbox over HTTP: SandboxFusion's POST /run_code (verl's sandbox_fusion client),
+    POST /verify (the verify contract, for --sandbox-url) and GET /health. Ctrl-C or SIGTERM
+    finishes the requests under way and stops."""
+    from .integrations.service import serve
+
+    def announce(url: str, service: Any) -> None:
+        err.print(
+            printable(
+                f"serving the sandbox on {url} ({service.sandbox.workers} workers, isolation: "
+                f"{service.sandbox.isolation}, {service.capacity} requests at once); Ctrl-C stops"
+            ),
+            markup=False,
+        )
+
+    serve(host, port, workers, token or None, capacity, announce=announce)
 
 
 # ------------------------------------------------------------------------------------ failures

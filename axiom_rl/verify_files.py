@@ -62,30 +62,33 @@ def load_problems(
             errors.append(f"{where}: {line.error}")
             continue
         try:
-            problem = Problem.from_dict(line.value) if isinstance(line.value, dict) else None
-        except (ValueError, TypeError) as e:
-            errors.append(f"{where}: not a problem ({e})")
+            problem = checked_problem(line.value)
+        except ValueError as e:
+            errors.append(f"{where}: {e}")
             continue
-        if problem is None:
-            errors.append(f"{where}: expected a JSON object")
-        elif problem.task not in TASKS:
-            errors.append(f"{where}: unknown task {problem.task!r}")
-        elif malformed := _malformed(problem):
-            errors.append(f"{where}: not a problem ({malformed})")
-        elif problem.id in problems:
+        if problem.id in problems:
             errors.append(f"{where}: duplicate problem id {problem.id!r}")
         else:
             problems[problem.id] = problem
     return problems
 
 
-def _malformed(problem: Problem) -> str:
-    """Why its task cannot use this problem, or ''."""
+def checked_problem(value: Any) -> Problem:
+    """The problem a JSON value (a problems file's line, a dataset's column) describes, one its
+    task can score; ValueError saying why not."""
+    if not isinstance(value, dict):
+        raise ValueError("expected a JSON object")
+    try:
+        problem = Problem.from_dict(value)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"not a problem ({e})") from None
+    if problem.task not in TASKS:
+        raise ValueError(f"unknown task {problem.task!r}")
     try:
         get_task(problem.task).check_problem(problem)
-    except ValueError as e:
-        return str(e)
-    return ""
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"not a problem ({e})") from None
+    return problem
 
 
 def unverified_references(problems: Sequence[Problem]) -> list[tuple[Problem, Verdict]]:
@@ -123,9 +126,11 @@ def verify_files(
     workers: int | None = None,
     timeout: float | None = None,
     progress: Callable[[int], Callable[[], None]] | None = None,
+    remote: Any = None,
 ) -> VerifyReport:
     """Read both files, then verify in a sandbox of `workers` slots (default: one per core),
-    never more than there are completions: each slot is a monitor process to start."""
+    never more than there are completions: each slot is a monitor process to start; or, given
+    `remote` (integrations.remote.RemoteVerifier), on sandbox services."""
     report = VerifyReport()
     problem_lines, completion_lines = read_jsonl(problems_path), read_jsonl(completions_path)
     _refuse_swapped(problems_path, problem_lines, completions_path, completion_lines)
@@ -163,7 +168,13 @@ def verify_files(
         return report
     tick = progress(len(todo)) if progress else None
     problems_todo, completions = [p for p, _ in todo], [c for _, c in todo]
-    if any(get_task(p.task).runs_code for p in problems_todo):
+    if remote is not None:
+        verdicts = remote.verify(problems_todo, completions, timeout=timeout)
+        if tick is not None:
+            for _ in verdicts:
+                tick()
+        report.isolation = f"remote ({', '.join(remote.urls)})"
+    elif any(get_task(p.task).runs_code for p in problems_todo):
         with Sandbox(workers=pool_size(workers, len(todo))) as sandbox:
             verdicts = verify_many(problems_todo, completions, sandbox, timeout=timeout, progress=tick)
             report.isolation, report.workers = sandbox.isolation, sandbox.workers
