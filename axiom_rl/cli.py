@@ -992,7 +992,14 @@ def sandbox() -> None:
 @click.option(
     "--capacity",
     type=click.IntRange(min=1),
-    help="Requests run at once; more are refused with 429 (default: twice the workers).",
+    help="Requests run at once (default: twice the workers).",
+)
+@click.option(
+    "--queue",
+    type=click.IntRange(min=0),
+    default=64,
+    show_default=True,
+    help="Requests that wait for a place beyond --capacity; more are refused with 429.",
 )
 @click.option(
     "--token",
@@ -1000,7 +1007,9 @@ def sandbox() -> None:
     help="Required of clients (Authorization: Bearer T, or ?token=T); needed beyond loopback "
     "(default: $AXIOM_RL_SANDBOX_TOKEN).",
 )
-def sandbox_serve(host: str, port: int, workers: int | None, capacity: int | None, token: str | None) -> None:
+def sandbox_serve(
+    host: str, port: int, workers: int | None, capacity: int | None, queue: int, token: str | None
+) -> None:
     """Serve the sandbox over HTTP: SandboxFusion's POST /run_code (verl's sandbox_fusion client),
     POST /verify (the verify contract, for --sandbox-url) and GET /health. Ctrl-C or SIGTERM
     finishes the requests under way and stops."""
@@ -1010,12 +1019,13 @@ def sandbox_serve(host: str, port: int, workers: int | None, capacity: int | Non
         err.print(
             printable(
                 f"serving the sandbox on {url} ({service.sandbox.workers} workers, isolation: "
-                f"{service.sandbox.isolation}, {service.capacity} requests at once); Ctrl-C stops"
+                f"{service.sandbox.isolation}, {service.capacity} requests at once, {service.queue} waiting); "
+                "Ctrl-C stops"
             ),
             markup=False,
         )
 
-    serve(host, port, workers, token or None, capacity, announce=announce)
+    serve(host, port, workers, token or None, capacity, queue, announce=announce)
 
 
 # ------------------------------------------------------------------------------------ failures

@@ -57,7 +57,7 @@ def stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def server():
-    process, url = start_server("--workers", "2", "--capacity", "2")
+    process, url = start_server("--workers", "2", "--capacity", "2", "--queue", "2")
     yield url
     stop(process)
 
@@ -162,8 +162,8 @@ def test_a_token_is_required_when_set_and_beyond_loopback():
 
 
 def test_four_clients_at_once_through_back_pressure_lose_nothing_and_count_each_verdict_once(server):
-    """Capacity 2: four clients sending chunks at once are told 429 and retry; every verdict comes
-    back once, equal to the local sandbox's."""
+    """Capacity 2 and 2 waiting: four clients sending 4 chunks each at once are told 429 and
+    retry; every verdict comes back once, equal to the local sandbox's."""
     problems = generate_problems("edit_distance", 2, 12)
     batches = []
     for k in range(4):

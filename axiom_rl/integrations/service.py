@@ -9,11 +9,11 @@ verify on others (behind any load balancer).
                      ...], "completions": [{"problem_id", "completion"}, ...], "timeout": S?}
                      -> {"results": [{"problem_id", "reward", "status", "passed", "total",
                      "time_s", "detail"}, ...]}, in the completions' order
-    GET  /health     {"status": "ok", "workers", "isolation", "busy", "capacity"}
+    GET  /health     {"status": "ok", "workers", "isolation", "busy", "capacity", "queue"}
 
-Requests run on the server's sandbox pool, `capacity` at once (a request waits for a slot);
-beyond that one is refused at once with 429 and Retry-After (back-pressure: the client tries
-another server or again later), never queued without bound. Bodies, code, batches, time and
+Requests run on the server's sandbox pool, `capacity` at once; up to `queue` more wait for a
+place; beyond that one is refused at once with 429 and Retry-After (back-pressure: the client
+tries another server or again later): nothing is queued without bound. Bodies, code, batches, time and
 memory have limits (ServiceLimits); bad input is a 4xx with a one-line reason, and the server
 keeps serving. Bound beyond loopback it requires a token (`Authorization: Bearer T`, or
 `?token=T` for clients that cannot send headers, such as verl's). SIGINT/SIGTERM: it stops
@@ -94,11 +94,13 @@ class SandboxService:
         limits: ServiceLimits = ServiceLimits(),
         token: str | None = None,
         capacity: int | None = None,
+        queue: int = 64,
     ) -> None:
         self.limits, self.token = limits, token
         self.sandbox = Sandbox(workers=workers).start()
         self.scorer = Scorer(sandbox=self.sandbox)  # one pool for both endpoints
         self.capacity = capacity or 2 * self.sandbox.workers
+        self.queue = queue  # beyond the capacity; busy counts requests running or waiting
         self.busy = 0
         self._lock = threading.Lock()
         # The sandbox's calls block: requests run in threads of their own, `capacity` at once.
@@ -113,7 +115,7 @@ class SandboxService:
 
     def admit(self) -> bool:
         with self._lock:
-            if self.busy >= self.capacity:
+            if self.busy >= self.capacity + self.queue:
                 return False
             self.busy += 1
             return True
@@ -190,6 +192,7 @@ class SandboxService:
             "isolation": self.sandbox.isolation,
             "busy": self.busy,
             "capacity": self.capacity,
+            "queue": self.queue,
         }
 
 
@@ -236,7 +239,9 @@ def create_app(service: SandboxService) -> Any:
                 return refuse(e.status, e.reason)
             if not service.admit():
                 return refuse(
-                    429, f"busy: {service.capacity} requests running; retry later", **{"Retry-After": "1"}
+                    429,
+                    f"busy: {service.capacity} requests running and {service.queue} waiting; retry later",
+                    **{"Retry-After": "1"},
                 )
             try:
                 loop = asyncio.get_running_loop()
@@ -270,6 +275,7 @@ def serve(
     workers: int | None = None,
     token: str | None = None,
     capacity: int | None = None,
+    queue: int = 64,
     limits: ServiceLimits = ServiceLimits(),
     announce: Any = None,
 ) -> None:
@@ -292,7 +298,7 @@ def serve(
         listener.close()
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     listener.listen(256)
-    service = SandboxService(workers, limits, token, capacity)
+    service = SandboxService(workers, limits, token, capacity, queue)
     try:
         config = uvicorn.Config(create_app(service), log_level="warning", timeout_graceful_shutdown=120)
         bound = listener.getsockname()[1]
