@@ -24,11 +24,12 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q $(EDITABLE) .
 	@touch $@
 
-# verl, without its dependencies (ray, vllm, ...): the suite runs its sandbox_fusion client,
-# which needs only requests, against `axiom-rl sandbox serve`.
+# verl's wheel, downloaded, not installed: the suite runs its sandbox_fusion client (which needs
+# only requests) against `axiom-rl sandbox serve`. Installed, verl would bring ray, vllm and more,
+# and its wheel's top-level `tests` package would shadow ours.
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q $(EDITABLE) '.[dev]'
-	$(PIP) install -q --no-deps 'verl==0.9.1'
+	$(PIP) download -q --no-deps 'verl==0.9.1' -d $(VENV)/wheels
 	@touch $@ $(VENV)/.installed
 
 quickstart: $(VENV)/.installed

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from importlib.metadata import PackageNotFoundError, distribution
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -62,23 +62,26 @@ def server():
     stop(process)
 
 
-def verl_sandbox_fusion():
-    """verl's own client (verl/utils/reward_score/sandbox_fusion/utils.py), loaded alone: the rest
-    of verl needs ray and a GPU stack the suite does not install (`make` installs verl --no-deps)."""
-    try:
-        path = Path(distribution("verl").locate_file("verl/utils/reward_score/sandbox_fusion/utils.py"))
-    except PackageNotFoundError:
+def verl_sandbox_fusion(tmp_path_factory):
+    """verl's own client (verl/utils/reward_score/sandbox_fusion/utils.py of verl 0.9.1's wheel,
+    which `make` downloads into the venv), loaded alone: the rest of verl needs ray and a GPU stack."""
+    wheels = sorted((Path(sys.prefix) / "wheels").glob("verl-0.9.1-*.whl"))
+    if not wheels:
         pytest.fail(
-            "verl is not installed: `make .venv/.installed-dev` installs it (pip install --no-deps verl)"
+            "verl's wheel is missing: `make .venv/.installed-dev` downloads it (pip download --no-deps verl==0.9.1)"
         )
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        source = wheel.read("verl/utils/reward_score/sandbox_fusion/utils.py")
+    path = tmp_path_factory.mktemp("verl") / "sandbox_fusion_utils.py"
+    path.write_bytes(source)
     spec = importlib.util.spec_from_file_location("verl_sandbox_fusion_utils", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_verls_own_client_gets_correct_verdicts_from_run_code(server):
-    client = verl_sandbox_fusion()
+def test_verls_own_client_gets_correct_verdicts_from_run_code(server, tmp_path_factory):
+    client = verl_sandbox_fusion(tmp_path_factory)
     cases = {"inputs": ["1 2\n", "5 7\n", "0 0\n"], "outputs": ["3\n", "12\n", "0\n"]}
     right = "a, b = map(int, input().split())\nprint(a + b)"
     results, _ = client.check_correctness(f"{server}/run_code", cases, right, timeout=5)
