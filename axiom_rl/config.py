@@ -171,6 +171,11 @@ class TrainConfig(ModelOptions):
     still decoding), and the reference and old log-probs computed while verification finishes.
     on, off, or auto: on when training on a GPU (the sandbox then gets one core fewer by default).
     On a CPU the sandbox and the model share the cores: steps took 1.08-1.16x as long on 2."""
+    sandbox_url: str | None = None
+    """Verify on `axiom-rl sandbox serve` servers instead of a local sandbox: their URLs,
+    comma-separated (round-robin; a failed request goes to the next). The token, if they need
+    one, comes from $AXIOM_RL_SANDBOX_TOKEN (never saved with the run). Verification then starts
+    when the rollout ends (overlap_verification is off)."""
     # -- output -----------------------------------------------------------------------------
     output_dir: str = "runs/axiom-rl"
     """Run directory: config, metrics, samples, checkpoints, final model."""

@@ -352,14 +352,22 @@ def verify_many(
 class BatchVerification:
     """The verdicts of one batch of rows (`problems`): verified in the background as each row's
     completion arrives (`background`, with a sandbox: hand on_finished to the rollout), else all at
-    once when asked for, in the sandbox, or in this process where no task runs code (no sandbox)."""
+    once when asked for, in the sandbox, on sandbox services (`remote`: an
+    integrations.remote.RemoteVerifier), or in this process where no task runs code (no sandbox)."""
 
     def __init__(
-        self, problems: Sequence[Problem], sandbox: Sandbox | None, timeout: float | None, background: bool
+        self,
+        problems: Sequence[Problem],
+        sandbox: Sandbox | None,
+        timeout: float | None,
+        background: bool,
+        remote: Any = None,
     ) -> None:
-        self.problems, self.sandbox, self.timeout = list(problems), sandbox, timeout
+        self.problems, self.sandbox, self.timeout, self.remote = list(problems), sandbox, timeout, remote
         self._pending = (
-            PendingVerdicts(self.problems, sandbox, timeout) if background and sandbox is not None else None
+            PendingVerdicts(self.problems, sandbox, timeout)
+            if background and sandbox is not None and remote is None
+            else None
         )
 
     @property
@@ -371,6 +379,8 @@ class BatchVerification:
         """completions[i]'s verdict against problems[i] (waiting for those under way)."""
         if self._pending is not None:
             return self._pending.result()
+        if self.remote is not None:
+            return self.remote.verify(self.problems, completions, timeout=self.timeout)
         if self.sandbox is not None:
             return verify_many(self.problems, completions, self.sandbox, timeout=self.timeout)
         from .tasks import get_task

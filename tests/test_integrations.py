@@ -205,3 +205,48 @@ def test_trl_grpo_trains_two_steps_on_our_dataset_with_our_rewards(tmp_path):
         assert rewards == pytest.approx(verified_rewards(tmp_path, problems_seen, completions), abs=1e-6)
         assert mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-6)
     assert len({r for _, _, rewards in seen for r in rewards}) > 1  # rewards differ: a test that could fail
+
+
+def test_the_verifiers_environment_loads_through_verifiers_and_scores_as_verify_does(tmp_path):
+    """Loaded by its id as prime-rl and vf-eval load an environment; each task scored on a trace
+    holding the agent's reply, as verifiers' own validate and debug commands build one."""
+    import asyncio
+
+    import verifiers.v1 as vf
+    from verifiers.v1.graph import MessageNode
+    from verifiers.v1.trace import AgentInfo, Trace, TraceTask
+    from verifiers.v1.types import AssistantMessage
+
+    env = vf.load_environment(
+        vf.SingleAgentEnvConfig(
+            taskset={
+                "id": "axiom-rl-verifiers",
+                "tasks": "countdown,edit_distance",
+                "difficulty": "2",
+                "count": 3,
+            }
+        )
+    )
+    tasks = list(env.taskset)
+    problems = [problem_from_json(t.data.problem) for t in tasks]
+    assert [p.id for p in problems] == [p.id for p in generate_problems("countdown", 2, 3)] + [
+        p.id for p in generate_problems("edit_distance", 2, 3)
+    ]
+    assert tasks[0].data.prompt[0].content == get_task("countdown").render(problems[0])
+    replies = [get_task(p.task).reference_completion(p) for p in problems]
+    replies[1], replies[4] = "<answer> 1 + 1 </answer>", BROKEN
+    expected = verified_rewards(tmp_path, problems, replies)
+
+    async def score(task, reply):
+        trace = Trace(
+            task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
+            agent=AgentInfo(config=vf.AgentConfig(), name="test", trainable=False),
+            nodes=[MessageNode(message=AssistantMessage(content=reply), sampled=True)],
+        )
+        await task.score(trace)
+        return trace.reward, trace.metrics["passed"], await task.validate(None)
+
+    results = [asyncio.run(score(t, r)) for t, r in zip(tasks, replies)]
+    assert [r for r, _, _ in results] == pytest.approx(expected, abs=1e-6)
+    assert [m for _, m, _ in results] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    assert all(valid for _, _, valid in results)  # each reference solution passes its tests

@@ -215,3 +215,25 @@ def test_a_server_killed_mid_batch_the_client_finishes_on_the_other():
     finally:
         first.kill()
         stop(second)
+
+
+def test_a_training_run_verifying_on_the_service_logs_what_a_local_run_logs(server, tmp_path, monkeypatch):
+    from axiom_rl import TrainConfig, train_grpo
+    from axiom_rl.cli import main
+
+    common = dict(model="tiny", tiny_size="nano", tasks=["edit_distance"], steps=2, prompts_per_step=2,
+                  num_generations=2, max_completion_length=16, save_every=0)  # fmt: skip
+    local = train_grpo(TrainConfig(**common, output_dir=str(tmp_path / "local")), say=lambda *a: None)
+    served = httpx.get(f"{server}/health").json()["served"]
+    remote = train_grpo(TrainConfig(**common, sandbox_url=server, output_dir=str(tmp_path / "remote")),
+                        say=lambda *a: None)  # fmt: skip
+    assert httpx.get(f"{server}/health").json()["served"] >= served + 2  # a request per rollout at least
+    timing = ("time", "tok_per_s", "tokens_per_s")
+    for a, b in zip(local.metrics, remote.metrics, strict=True):
+        assert {k: v for k, v in a.items() if not k.startswith(timing)} == {
+            k: v for k, v in b.items() if not k.startswith(timing)
+        }
+    monkeypatch.setenv("AXIOM_RL_SANDBOX_TOKEN", "not-needed-but-wrong")
+    code = main(["train", "--model", "tiny", "--tiny-size", "nano", "--task", "edit_distance", "--steps", "1",
+                 "--sandbox-url", "http://127.0.0.1:1", "--output-dir", str(tmp_path / "dead")])  # fmt: skip
+    assert code == 2 and not (tmp_path / "dead" / "metrics.jsonl").exists()

@@ -142,6 +142,15 @@ class RemoteVerifier:
             f"no sandbox server verified the batch after {self.attempts} tries; last: {failures[-1]}"
         )
 
+    def check_reachable(self) -> None:
+        """One line (UserError) unless at least one server answers /health: before a run starts,
+        not at its first rollout."""
+        answers = self.health()
+        if not any("error" not in a for a in answers):
+            raise UserError(
+                "no sandbox server answers: " + "; ".join(f"{a['url']}: {a['error']}" for a in answers)[:400]
+            )
+
     def health(self) -> list[dict[str, Any]]:
         """Each server's /health answer (or its error)."""
         import httpx

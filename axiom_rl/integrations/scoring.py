@@ -10,7 +10,7 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from ..reward_stage import RewardStage
@@ -116,3 +116,11 @@ class Scorer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@cache
+def process_scorer() -> Scorer:
+    """This process's scorer, for callers that get no object to hold one (verl's reward function,
+    a verifiers task): made on first use, its sandbox started when a code problem first needs it
+    and closed at exit. (Two threads racing here may make two; neither holds a sandbox yet.)"""
+    return Scorer()

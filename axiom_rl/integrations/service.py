@@ -9,7 +9,7 @@ verify on others (behind any load balancer).
                      ...], "completions": [{"problem_id", "completion"}, ...], "timeout": S?}
                      -> {"results": [{"problem_id", "reward", "status", "passed", "total",
                      "time_s", "detail"}, ...]}, in the completions' order
-    GET  /health     {"status": "ok", "workers", "isolation", "busy", "capacity", "queue"}
+    GET  /health     {"status": "ok", "workers", "isolation", "busy", "capacity", "queue", "served"}
 
 Requests run on the server's sandbox pool, `capacity` at once; up to `queue` more wait for a
 place; beyond that one is refused at once with 429 and Retry-After (back-pressure: the client
@@ -102,6 +102,7 @@ class SandboxService:
         self.capacity = capacity or 2 * self.sandbox.workers
         self.queue = queue  # beyond the capacity; busy counts requests running or waiting
         self.busy = 0
+        self.served = 0  # requests answered 200 since the start
         self._lock = threading.Lock()
         # The sandbox's calls block: requests run in threads of their own, `capacity` at once.
         self.executor = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="axiom-serve")
@@ -193,6 +194,7 @@ class SandboxService:
             "busy": self.busy,
             "capacity": self.capacity,
             "queue": self.queue,
+            "served": self.served,
         }
 
 
@@ -245,7 +247,9 @@ def create_app(service: SandboxService) -> Any:
                 )
             try:
                 loop = asyncio.get_running_loop()
-                return JSONResponse(await loop.run_in_executor(service.executor, work, body))
+                answer = JSONResponse(await loop.run_in_executor(service.executor, work, body))
+                service.served += 1  # (on the event loop's one thread)
+                return answer
             except BadRequest as e:
                 return refuse(e.status, e.reason)
             except Exception as e:  # ours, not the request's: say so, keep serving

@@ -18,22 +18,10 @@ from __future__ import annotations
 
 # Absolute imports only: verl loads this file by its path (custom_reward_function.path), as a
 # module outside any package.
-import threading
 from typing import Any
 
-from axiom_rl.integrations.scoring import Scorer, problem_from_json
+from axiom_rl.integrations.scoring import problem_from_json, process_scorer
 from axiom_rl.types import PASSED
-
-_scorer: Scorer | None = None  # this process's, made on first use
-_scorer_lock = threading.Lock()
-
-
-def _process_scorer() -> Scorer:
-    global _scorer
-    with _scorer_lock:
-        if _scorer is None:
-            _scorer = Scorer()
-        return _scorer
 
 
 def compute_score(
@@ -42,7 +30,7 @@ def compute_score(
     """verl's custom reward function: {"score": the reward, "acc": 1.0 if every test passed,
     "passed", "total"}; verl logs the keys besides "score" as reward_extra_info."""
     problem = problem_from_json(ground_truth)
-    scored = _process_scorer().score([problem], [solution_str])[0]
+    scored = process_scorer().score([problem], [solution_str])[0]
     return {
         "score": scored.reward,
         "acc": float(scored.verdict.status == PASSED),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import statistics
 import time
 from collections import Counter
@@ -150,6 +151,7 @@ def start_rollout(
     stage: RewardStage,
     sandbox: Sandbox | None,
     overlap: bool,
+    remote: Any = None,
 ) -> PendingRollout:
     """Generate G completions per problem. With `overlap` (and a sandbox), each completion goes to
     the sandbox as soon as it ends, while the others decode on, and verification may still be
@@ -160,7 +162,7 @@ def start_rollout(
     if cfg.min_completion_length >= cfg.max_completion_length:
         stops = []  # forced full length: identical work for every completion
     rows = [p for p in problems for _ in range(g)]
-    verification = BatchVerification(rows, sandbox, cfg.verify_timeout, background=overlap)
+    verification = BatchVerification(rows, sandbox, cfg.verify_timeout, background=overlap, remote=remote)
     start = time.perf_counter()
     policy.model.eval()
     rollout = generate_verified(backend, policy.model, policy.tokenizer, prompts, g, stops, cfg, verification)
@@ -187,6 +189,7 @@ def refill_flat_groups(
     plan: Plan,
     stage: RewardStage,
     sandbox: Sandbox | None,
+    remote: Any = None,
 ) -> int:
     """DAPO dynamic sampling: swap groups with all-equal rewards for fresh prompts. Returns how many."""
     g, refilled = cfg.num_generations, 0
@@ -196,7 +199,15 @@ def refill_flat_groups(
         if not flat:
             break
         fresh = start_rollout(
-            policy, backend, source.next_batch(len(flat)), cfg, plan, stage, sandbox, overlap=False
+            policy,
+            backend,
+            source.next_batch(len(flat)),
+            cfg,
+            plan,
+            stage,
+            sandbox,
+            overlap=False,
+            remote=remote,
         ).scored()
         source.observe(scored_outcomes(fresh))
         for k, i in enumerate(flat):
@@ -603,6 +614,7 @@ class Run:
     bad_steps: int = 0
     saved_step: int | None = None  # the step of the checkpoint on disk that this run wrote or loaded
     sandbox: Sandbox | None = None
+    remote: Any = None  # integrations.remote.RemoteVerifier, with sandbox_url
     overlap: bool = False
 
     @classmethod
@@ -676,13 +688,21 @@ class Run:
         """The sandbox (where a task runs code) and the log, closed with `stack`; a failure is
         logged with the step it happened at."""
         cfg, plan = self.cfg, self.plan
-        self.overlap = plan.needs_sandbox and overlaps_verification(
-            cfg.overlap_verification, self.policy.device.type
+        self.overlap = (
+            plan.needs_sandbox
+            and cfg.sandbox_url is None
+            and overlaps_verification(cfg.overlap_verification, self.policy.device.type)
         )
         workers = sandbox_workers(cfg.verify_workers, self.overlap, processes=self.parallel.world)
         # A rollout verifies prompts_per_step x G completions at once (a DAPO refill, fewer).
         workers = pool_size(workers, cfg.prompts_per_step * cfg.num_generations)
-        if plan.needs_sandbox:
+        if plan.needs_sandbox and cfg.sandbox_url is not None:
+            from ..integrations.remote import RemoteVerifier
+
+            self.remote = stack.enter_context(
+                RemoteVerifier(cfg.sandbox_url, token=os.environ.get("AXIOM_RL_SANDBOX_TOKEN"))
+            )
+        elif plan.needs_sandbox:
             self.sandbox = stack.enter_context(Sandbox(workers=workers))
         stack.callback(self.log.close)
 
@@ -700,7 +720,15 @@ class Run:
         cfg = self.cfg
         problems = self.source.next_batch(cfg.prompts_per_step)
         pending = start_rollout(
-            self.policy, self.backend, problems, cfg, self.plan, self.stage, self.sandbox, self.overlap
+            self.policy,
+            self.backend,
+            problems,
+            cfg,
+            self.plan,
+            self.stage,
+            self.sandbox,
+            self.overlap,
+            self.remote,
         )
         batch, early = None, None
         if self.overlap and not cfg.dynamic_sampling:  # (a refill would change the batch's rows)
@@ -716,7 +744,15 @@ class Run:
         zero_std_before = _flat_fraction(group_rewards(scored, cfg.num_generations), cfg.num_generations)
         refilled = (
             refill_flat_groups(
-                scored, self.policy, self.backend, self.source, cfg, self.plan, self.stage, self.sandbox
+                scored,
+                self.policy,
+                self.backend,
+                self.source,
+                cfg,
+                self.plan,
+                self.stage,
+                self.sandbox,
+                self.remote,
             )
             if cfg.dynamic_sampling
             else 0

@@ -4,6 +4,7 @@ mistake. Shared by `train`, `sft` and `eval`, so a typo never leaves a run direc
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,16 @@ def plan_run(cfg: TrainConfig) -> Plan:
     if cfg.gradient_accumulation_steps > cfg.prompts_per_step * cfg.num_generations:
         raise UserError("gradient_accumulation_steps cannot exceed prompts_per_step x num_generations")
     check_training_options(cfg)
+    if cfg.sandbox_url is not None:
+        if cfg.verify_workers is not None:
+            raise UserError(
+                "verify_workers is for a local sandbox, not with sandbox_url (each server has its own)"
+            )
+        from ..integrations.remote import RemoteVerifier
+
+        # before anything is written, as a hub model's name is checked
+        with RemoteVerifier(cfg.sandbox_url, token=os.environ.get("AXIOM_RL_SANDBOX_TOKEN")) as remote:
+            remote.check_reachable()
     check_sampling(cfg.temperature, cfg.top_p)
     if cfg.temperature == 0:
         # Greedy decoding gives every completion of a group the same text, so every
