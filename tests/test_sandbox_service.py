@@ -137,6 +137,10 @@ def test_bad_requests_get_an_http_error_with_a_reason_and_the_server_keeps_servi
             "/verify", json={"problems": [], "completions": [{"problem_id": "nope", "completion": ""}]}
         )
         assert response.status_code == 400 and "unknown problem id 'nope'" in response.json()["message"]
+        response = http.post(
+            "/verify", json={"problems": [], "completions": [{"problem_id": [1], "completion": ""}]}
+        )
+        assert response.status_code == 400 and '"problem_id": text' in response.json()["message"]
         assert http.get("/health").json()["status"] == "ok"
 
 

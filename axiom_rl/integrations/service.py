@@ -73,7 +73,7 @@ class BadRequest(Exception):
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
-        self.status, self.reason = status, reason
+        self.status, self.reason = status, reason[:300]  # a request's own text may be in it
 
 
 def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
@@ -169,8 +169,14 @@ class SandboxService:
             problems[problem.id] = problem
         rows: list[tuple[Problem, str]] = []
         for i, c in enumerate(completions_in):
-            if not isinstance(c, dict) or not isinstance(c.get("completion"), str):
-                raise BadRequest(400, f'completions[{i}]: expected {{"problem_id", "completion": text}}')
+            if not (
+                isinstance(c, dict)
+                and isinstance(c.get("completion"), str)
+                and isinstance(c.get("problem_id"), str)
+            ):
+                raise BadRequest(
+                    400, f'completions[{i}]: expected {{"problem_id": text, "completion": text}}'
+                )
             if c.get("problem_id") not in problems:
                 raise BadRequest(400, f"completions[{i}]: unknown problem id {c.get('problem_id')!r}")
             if len(c["completion"]) > self.limits.max_code_chars:
