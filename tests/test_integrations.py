@@ -3,6 +3,8 @@ verl's custom reward function, and the Hugging Face / parquet exports they read.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 
 import pytest
@@ -53,7 +55,10 @@ def test_the_trl_reward_is_the_verifiers_reward_plain_and_conversational(tmp_pat
         chat = reward(
             completions=[[{"role": "assistant", "content": c}] for c in completions], problem=column
         )
-    assert plain == pytest.approx(expected, abs=1e-6) and chat == plain
+        as_async = reward.as_async()
+        assert inspect.iscoroutinefunction(as_async) and as_async.__name__ == "axiom_rl"  # what TRL checks
+        awaited = asyncio.run(as_async(prompts=[""] * 12, completions=completions, problem=column))
+    assert plain == pytest.approx(expected, abs=1e-6) and chat == plain and awaited == plain
     assert logged["axiom_rl/pass_rate"] == pytest.approx(6 / 12)
 
 
@@ -210,8 +215,6 @@ def test_trl_grpo_trains_two_steps_on_our_dataset_with_our_rewards(tmp_path):
 def test_the_verifiers_environment_loads_through_verifiers_and_scores_as_verify_does(tmp_path):
     """Loaded by its id as prime-rl and vf-eval load an environment; each task scored on a trace
     holding the agent's reply, as verifiers' own validate and debug commands build one."""
-    import asyncio
-
     import verifiers.v1 as vf
     from verifiers.v1.graph import MessageNode
     from verifiers.v1.trace import AgentInfo, Trace, TraceTask
