@@ -233,3 +233,22 @@ def test_the_finished_rows_benchmark_samples_alike_both_ways_and_counts_the_rows
     assert 0 < row_steps["drop"] < row_steps["keep"]
     assert_one_line_error(FINISHED_ROWS, ["--repeats", "0"], "--repeats must be at least 1")
     assert_one_line_error(FINISHED_ROWS, ["--stops", ""], "--stops needs")
+
+
+def test_time_to_accuracy_reads_its_curves_as_it_says():
+    spec = importlib.util.spec_from_file_location(
+        "time_to_accuracy_bench", SCRIPT.parent / "time_to_accuracy.py"
+    )
+    tta = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tta)
+    curve = [(0.0, 0.30), (60.0, 0.40), (120.0, 0.60)]
+    assert tta.time_to_reach(curve, 0.50) == pytest.approx(90.0)  # halfway between 0.40 and 0.60
+    assert tta.time_to_reach(curve, 0.40) == 60.0 and tta.time_to_reach(curve, 0.25) == 0.0
+    assert tta.time_to_reach(curve, 0.61) is None
+    saved = [(5, Path("a")), (10, Path("b")), (15, Path("c"))]
+    ended = {5: 20.0, 10: 61.0, 15: 100.0}  # step 10 ended just after the 60 s point
+    assert tta.at_points(saved, ended, [10.0, 60.0, 120.0]) == [
+        (10.0, None),
+        (60.0, Path("a")),
+        (120.0, Path("c")),
+    ]
