@@ -3,7 +3,8 @@
 Workloads, each run by both sides in the same invocation, alternating A B A B:
   (a) 1,000 mixed submissions of the built-in tasks: right, wrong, crashing, 5% infinite loops
       (and the same without the loops, whose timeouts cost both sides alike);
-  (b) the 164 HumanEval canonical solutions (from ../shared/data, if present).
+  (b) the 164 HumanEval canonical solutions (from ../shared/data, if present);
+  (c) the same, made wrong: each returns `not` of its answer, and one in 20 loops forever.
 
 Baseline ("he-harness"): what openai/human-eval's execution.py does, implemented here: for each
 check a multiprocessing.Manager and one fresh multiprocessing.Process that exec()s
@@ -12,7 +13,8 @@ per core. For (a), a submission's hidden tests become asserts in the check progr
 approach; expected values are then inside the untrusted process, which axiom-rl never allows).
 
 Both sides use the same number of workers and the same per-submission time limit. The script
-also checks that both reach the same verdicts (pass or not) on every submission.
+also checks that both reach the same verdicts (pass or not) on every submission, and fails
+(exit 1, naming them) where they do not.
 
 A third column is a reference point, not a sandbox: "fork server", what a fresh process per
 check costs with no isolation at all. One preloaded interpreter per worker (the sandbox's own
@@ -269,6 +271,21 @@ def mixed_workload(n: int, seed: int = 0) -> list[tuple[Problem, str]]:
     return items
 
 
+def humaneval_mutant(problem: Problem, i: int) -> str:
+    """A wrong canonical solution: every 20th loops forever (the entry point redefined as a
+    loop), the others return `not` of what they returned (wrong for nearly every test; a bare
+    `return` becomes a syntax error)."""
+    code = problem.reference_solution or ""
+    if i % 20 == 0:
+        return f"{code}\n\ndef {problem.entry_point}(*args, **kwargs):\n    while True:\n        pass\n"
+    # In the solution's body, not in the prompt's helpers: the two sides differ there by design
+    # (axiom-rl's judge runs the tests with the problem's own helpers, which a submission cannot
+    # redefine; the harness runs them with the submission's).
+    prelude = str(problem.metadata.get("prelude") or "")
+    head = prelude if prelude and code.startswith(prelude) else ""
+    return head + code[len(head) :].replace("return ", "return not ", 1)
+
+
 def harness_program_for(problem: Problem, code: str) -> str:
     """The simple approach: the hidden tests become asserts in the submission's own process,
     judged by the same checkers axiom-rl uses (imported there, since the process is forked)."""
@@ -313,6 +330,7 @@ def main() -> None:
     if HUMANEVAL.exists():
         he = import_humaneval(HUMANEVAL)
         workloads["HumanEval canonical (b)"] = [(p, p.reference_solution) for p in he]
+        workloads["HumanEval mutated (c)"] = [(p, humaneval_mutant(p, i)) for i, p in enumerate(he)]
     else:
         print(f"note: {HUMANEVAL} not found; workload (b) skipped")
 
@@ -335,6 +353,7 @@ def main() -> None:
         programs = [harness_program_for(p, c) for p, c in items]
         ours_t, base_t, fork_t = [], [], []
         agree = True
+        disagreements: set[str] = set()
         fenced = [f"```python\n{c}\n```" for c in codes]
         for _ in range(args.rounds):
             start = time.perf_counter()
@@ -348,6 +367,11 @@ def main() -> None:
             fork_t.append(time.perf_counter() - start)
             ours_pass = [v.ok for v in verdicts]
             agree = agree and ours_pass == passed == forked
+            disagreements |= {
+                f"{p.id} (axiom-rl {a}, harness {b}, fork server {c})"
+                for p, a, b, c in zip(problems, ours_pass, passed, forked)
+                if not a == b == c
+            }
         n = len(items)
         ours_rate = [n / t for t in ours_t]
         base_rate = [n / t for t in base_t]
@@ -367,6 +391,7 @@ def main() -> None:
             "fork_ratio_range": (min(fork_ratio), max(fork_ratio)),
             "passed": sum(ours_pass),
             "agree": agree,
+            "disagreements": sorted(disagreements),
         }
     sandbox.close()
     fork_servers.close()
@@ -382,6 +407,12 @@ def main() -> None:
             f"  {r['ratio']:>6.2f}x ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})  {r['passed']:>6}  {r['agree']!s:>12}"
             f"  {r['fork_per_s']:>9.1f}, {r['fork_ratio']:.2f}x ({r['fork_ratio_range'][0]:.2f}-{r['fork_ratio_range'][1]:.2f})"
         )
+
+    differ = {name: r["disagreements"] for name, r in results.items() if r["disagreements"]}
+    if differ:  # a throughput figure is worth nothing if the verdicts differ
+        for name, ids in differ.items():
+            print(f"verdicts differ in {name}: {len(ids)} submissions, e.g. {'; '.join(ids[:3])}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
