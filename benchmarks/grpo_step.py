@@ -26,6 +26,7 @@ fast (axiom-rl calls oneDNN there; TRL, through PyTorch, MKL).
     python benchmarks/grpo_step.py --config full --rounds 3 --steps 5
     python benchmarks/grpo_step.py --device cuda --config gpu-0.5b   # a 0.5B-sized Qwen2, bf16
     python benchmarks/grpo_step.py --trl-same-allocator  # TRL with axiom-rl's CPU malloc settings too
+    python benchmarks/grpo_step.py --same-settings       # and its float32 linear layers through oneDNN too
     python benchmarks/grpo_step.py --config full --ablations  # axiom-rl with one speed-up off at a time
     python benchmarks/grpo_step.py --config full --ablations hf-generate  # only that one
 
@@ -34,7 +35,12 @@ fast (axiom-rl calls oneDNN there; TRL, through PyTorch, MKL).
 
 On the CPU, axiom-rl's trainer keeps freed memory mapped (glibc mallopt; see
 axiom_rl/speed/host_memory.py); TRL as users run it does not. --trl-same-allocator gives TRL's
-process the same settings, to show how much of the difference is that alone.
+process the same settings, to show how much of the difference is that alone. --same-settings
+gives TRL both of the settings axiom-rl applies beside its trainer: the malloc settings and, where
+axiom-rl routes its own (x86 CPUs that are not Intel's), float32 linear layers through oneDNN in
+the training passes (TRL's policy and reference networks; not its generation, where unpacked
+oneDNN calls are slower, as axiom-rl's own decode loop does not use them). What is left of the
+ratio is the trainer's own work.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -549,8 +556,47 @@ def run_axiom(
     }
 
 
+def route_training_passes(trainer: Any) -> int:
+    """TRL's policy and reference networks' float32 linear layers through oneDNN in the training
+    passes, as axiom-rl's are; generation runs them as PyTorch does, as axiom-rl's own decode
+    loop does not route through them either (unpacked, oneDNN lays each weight out again on every
+    call: in a decode loop of small matmuls that made TRL's generation 5-20x slower). Returns how
+    many layers are routed."""
+    from axiom_rl.speed import cpu_matmul
+
+    nets = [trainer.model] + ([trainer.ref_model] if getattr(trainer, "ref_model", None) is not None else [])
+
+    def route() -> int:
+        return sum(cpu_matmul.route_linear_layers(net) for net in nets)
+
+    def unroute() -> None:
+        for net in nets:
+            for module in net.modules():
+                own = vars(module).get("forward")
+                if getattr(own, "__func__", None) is cpu_matmul._linear_forward:
+                    del module.forward
+
+    generate = trainer._generate_single_turn
+
+    def generate_unrouted(*args: Any, **kwargs: Any) -> Any:
+        unroute()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            route()
+
+    trainer._generate_single_turn = generate_unrouted
+    return route()
+
+
 def run_trl(
-    setup: Setup, model_dir: str, steps: int, device: str, out: Path, same_allocator: bool = False
+    setup: Setup,
+    model_dir: str,
+    steps: int,
+    device: str,
+    out: Path,
+    same_allocator: bool = False,
+    same_matmul: bool = False,
 ) -> dict:
     import torch
     import trl
@@ -597,6 +643,9 @@ def run_trl(
     trainer = GRPOTrainer(
         model=model_dir, reward_funcs=reward, args=args, train_dataset=data, peft_config=peft_config
     )
+    routed = 0
+    if same_matmul:  # float32 linear layers through oneDNN where axiom-rl routes its own (AMD x86)
+        routed = route_training_passes(trainer)
     times = {"generation": 0.0, "reference": 0.0, "forward": 0.0, "backward": 0.0}
     per_step = []
 
@@ -637,6 +686,7 @@ def run_trl(
         "tokens": [setup.prompts * setup.generations * setup.completion] * (len(per_step) - 1),
         "peak_mb": peak_memory_mb(device),
         "trl": trl.__version__,
+        "trl_linear_layers_routed": routed,
     }
 
 
@@ -656,7 +706,11 @@ def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as out:
         run = (setup, args.model_dir, args.warmup + args.steps, args.device, Path(out) / "run")
         if args.child == "trl":
-            result = run_trl(*run, same_allocator=args.trl_same_allocator)
+            result = run_trl(
+                *run,
+                same_allocator=args.trl_same_allocator or args.same_settings,
+                same_matmul=args.same_settings,
+            )
         else:  # "axiom" or "axiom:ABLATION"
             result = run_axiom(*run, ablation=args.child.partition(":")[2] or None)
     # Drop the warm-up steps (the first step is never timed: it has no predecessor stamp).
@@ -672,6 +726,8 @@ def run_side(side: str, setup: Setup, model_dir: Path, args: argparse.Namespace)
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device]  # fmt: skip
     if args.trl_same_allocator:
         cmd.append("--trl-same-allocator")
+    if args.same_settings:
+        cmd.append("--same-settings")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -709,6 +765,13 @@ def main() -> None:
         "--trl-same-allocator",
         action="store_true",
         help="apply axiom-rl's CPU malloc settings (axiom_rl/speed/host_memory.py) to TRL's process too",
+    )
+    ap.add_argument(
+        "--same-settings",
+        action="store_true",
+        help="give TRL the settings axiom-rl applies to itself that are not the trainer: its CPU malloc "
+        "settings and, on x86 CPUs that are not Intel's, float32 linear layers through oneDNN "
+        "(axiom_rl/speed/cpu_matmul.py)",
     )
     ap.add_argument(
         "--ablations",
@@ -754,10 +817,14 @@ def main() -> None:
           f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up, alternating axiom-rl / TRL")  # fmt: skip
     allocator = (
         "the same malloc settings as axiom-rl"
-        if args.trl_same_allocator
+        if args.trl_same_allocator or args.same_settings
         else "glibc's default malloc settings"
     )
     print(f"TRL runs with {allocator}")
+    if args.same_settings:
+        from axiom_rl.speed import cpu_matmul
+
+        print(f"TRL's float32 linear layers run through {cpu_matmul.backend()}'s matmul, as axiom-rl's do")
     if args.device == "cpu":  # built here, once, not inside a timed side's first steps
         from axiom_rl.speed import native
 
