@@ -141,6 +141,9 @@ def test_bad_requests_get_an_http_error_with_a_reason_and_the_server_keeps_servi
             "/verify", json={"problems": [], "completions": [{"problem_id": [1], "completion": ""}]}
         )
         assert response.status_code == 400 and '"problem_id": text' in response.json()["message"]
+        # a program's output over the service's limit comes back cut to it, the run otherwise as it was
+        answer = http.post("/run_code", json={"code": "print('x' * 3_000_000)"}).json()
+        assert answer["run_result"]["return_code"] == 0 and len(answer["run_result"]["stdout"]) == 2**20
         assert http.get("/health").json()["status"] == "ok"
 
 
