@@ -383,14 +383,12 @@ def verify(
         raise UserError(f"--workers must be >= 1, got {workers}")
     if sandbox_url is not None and workers is not None:
         raise UserError("--workers is for a local sandbox, not with --sandbox-url (each server has its own)")
-    remote = None
-    if sandbox_url is not None:
-        from .integrations.remote import RemoteVerifier
-
-        remote = RemoteVerifier(sandbox_url, token=token)
     with contextlib.ExitStack() as stack:
-        if remote is not None:
-            stack.callback(remote.close)
+        remote = None
+        if sandbox_url is not None:
+            from .integrations.remote import RemoteVerifier
+
+            remote = stack.enter_context(RemoteVerifier(sandbox_url, token=token))
         # Opened first, so an --out that cannot be written fails before the verification, not after.
         sink = stack.enter_context(atomic_open(out_path)) if out_path else sys.stdout
         with progress_bar("verifying") as progress:

@@ -197,7 +197,7 @@ _LOAD_STATUS = {"syntax_error": SYNTAX_ERROR, "timeout": TIMEOUT, "memory_limit"
 _KIND_STATUS = {"timeout": TIMEOUT, "memory_limit": MEMORY_LIMIT, "runtime_error": RUNTIME_ERROR}
 
 
-def _death(run: RunResult) -> tuple[str, str]:
+def death(run: RunResult) -> tuple[str, str]:
     """Why a candidate stopped before reporting everything: (status, detail)."""
     sig = (run.exit or {}).get("signal")
     if run.reason == "timeout" or sig == 24:  # 24 = SIGXCPU: RLIMIT_CPU reached
@@ -223,7 +223,7 @@ def _judge_io_run(problem: Problem, run: RunResult) -> Verdict:
     messages = [m for m in run.messages if isinstance(m, dict)]
     load = messages[0] if messages else None
     if load is None or "load" not in load:
-        status, why = _death(run)
+        status, why = death(run)
         return Verdict(status, 0, total, run.wall_s, why)
     if load["load"] != "ok":
         status = _LOAD_STATUS.get(load["load"], RUNTIME_ERROR)
@@ -238,7 +238,7 @@ def _judge_io_run(problem: Problem, run: RunResult) -> Verdict:
     for i, test in enumerate(tests):
         m = by_index.get(i)
         if m is None:
-            status, why = _death(run)
+            status, why = death(run)
             ok, detail = False, why
         elif m.get("ok"):
             try:
@@ -265,7 +265,7 @@ def _judge_assert_run(run: RunResult) -> Verdict:
         return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, run.internal_error)
     report = run.messages[0] if run.messages and isinstance(run.messages[0], dict) else None
     if report is None:  # (a judge that crashed is the pool's internal_error: Sandbox._run)
-        status, why = _death(run)
+        status, why = death(run)
         return Verdict(status, 0, 1, run.wall_s, why)
     if report.get("internal"):
         return Verdict(INTERNAL_ERROR, 0, 1, run.wall_s, str(report["internal"])[:DETAIL_CHARS])

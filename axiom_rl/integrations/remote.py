@@ -84,21 +84,15 @@ class RemoteVerifier:
     ) -> list[Verdict]:
         if len(problems) != len(completions):
             raise ValueError("problems and completions differ in length")
-        spans = [(i, min(i + self.chunk, len(problems))) for i in range(0, len(problems), self.chunk)]
-        verdicts: list[Verdict | None] = [None] * len(problems)
-        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(spans)))) as pool:
-            for (lo, hi), got in zip(
-                spans,
-                pool.map(
-                    lambda span: self._verify_chunk(
-                        problems[span[0] : span[1]], completions[span[0] : span[1]], timeout
-                    ),
-                    spans,
+        starts = range(0, len(problems), self.chunk)
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(starts)))) as pool:
+            chunks = pool.map(
+                lambda i: self._verify_chunk(
+                    problems[i : i + self.chunk], completions[i : i + self.chunk], timeout
                 ),
-            ):
-                verdicts[lo:hi] = got
-        assert all(v is not None for v in verdicts)
-        return verdicts  # type: ignore[return-value]
+                starts,
+            )
+            return [verdict for chunk in chunks for verdict in chunk]  # map keeps the chunks' order
 
     def _verify_chunk(
         self, problems: Sequence[Problem], completions: Sequence[str], timeout: float | None

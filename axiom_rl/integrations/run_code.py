@@ -16,6 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..sandbox import Limits, Sandbox, decode_value
+from ..types import TIMEOUT
+from ..verifier import death
 
 # Runs inside the sandbox (the candidate), as the code of an io-mode job whose one call is
 # __axiom_run__(program, stdin): the program is data until then. Stdlib only.
@@ -88,10 +90,11 @@ def run_program(
     elif call is not None:
         result.update(status="Error", return_code=1, stderr=str(call.get("error", ""))[:max_output_chars])
     else:  # it died before answering: out of time (the wall clock), memory, output, a signal
-        timed_out = run.reason == "timeout" or (run.exit or {}).get("signal") == 24
-        result.update(status="TimeLimitExceeded" if timed_out else "Error")
-        if not timed_out:
-            result.update(return_code=1, stderr=_death_reason(run))
+        status, why = death(run)
+        if status == TIMEOUT:
+            result.update(status="TimeLimitExceeded")
+        else:
+            result.update(status="Error", return_code=1, stderr=why)
     ok = result["status"] == "Finished" and result["return_code"] == 0
     return {
         "status": "Success" if ok else "Failed",
@@ -100,9 +103,3 @@ def run_program(
         "run_result": result,
         "files": {},
     }
-
-
-def _death_reason(run: Any) -> str:
-    from ..verifier import _death
-
-    return _death(run)[1]
