@@ -21,13 +21,12 @@ a problem's reference solution passes its own tests. Needs `verifiers` 0.4 (its 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any
 
 import verifiers.v1 as vf
 
 from axiom_rl.integrations.scoring import problem_from_json, process_scorer
-from axiom_rl.tasks import get_task, iter_problems, parse_task_list
+from axiom_rl.tasks import generate_mixed, get_task, parse_task_list
 from axiom_rl.tasks.generate import parse_range
 from axiom_rl.types import PASSED
 
@@ -107,14 +106,7 @@ class AxiomTaskset(vf.Taskset[AxiomTask, AxiomTasksetConfig]):
             problems = read_problems_file(c.problems_file)
         else:
             lo, hi = parse_range(c.difficulty, "difficulty")
-            problems = [
-                p
-                for name in parse_task_list(c.tasks)
-                for d in range(lo, hi + 1)
-                for p in itertools.islice(
-                    iter_problems(get_task(name), d, seed=c.seed, split=c.split), c.count
-                )
-            ]
+            problems = generate_mixed(parse_task_list(c.tasks), range(lo, hi + 1), c.count, c.seed, c.split)
         return [
             AxiomTask(
                 AxiomData(
