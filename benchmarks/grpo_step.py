@@ -10,17 +10,21 @@ Gradient checkpointing is off on both sides unless --gradient-checkpointing turn
 (TRL's GRPOConfig turns it on by default: recomputation trades time for memory, not the same work).
 
 Printed per configuration: seconds per step (median, range), completion tokens per second, peak
-RSS (or peak CUDA memory; median and range over rounds, one process each), the split of a step (generation / reference and old log-probs /
-forward / backward), the ratio axiom-rl : TRL, and the compute floor -- the step's FLOPs (from
-the model shape and token counts, each prompt counted once per step as both generation and
-axiom-rl's training passes need it) over the matmul throughput measured on this device (before
-the first round and after each, the best taken: a shared host's busy moment is not what it
-allows) -- with each side's step time as a multiple of it, and the time the step's linear layers
-alone take with each matmul timed at its real shape (decode steps are a few rows times a weight,
-where the BLAS runs below the large-matmul rate): a bound for any implementation calling it. On a
-CPU in float32 both use the faster of two matmul libraries PyTorch ships, its BLAS (MKL) and
-oneDNN, each measured here: on AMD processors MKL runs its AVX2 code, and oneDNN can be twice as
-fast (axiom-rl calls oneDNN there; TRL, through PyTorch, MKL).
+RSS (or peak CUDA memory; median and range over rounds, one process each), the split of a step
+(generation / reference and old log-probs / forward / backward), the ratio axiom-rl : TRL, and
+two floors, each side's step time given as a multiple of both. The compute floor is the FLOPs
+axiom-rl itself computes (from the model shape and token counts: on a CPU each group's prompt
+once per pass and the first update's linear layers over the completions replayed from the
+rollout, so not computed) over the matmul throughput measured on this device (before the first
+round and after each, the best taken: a shared host's busy moment is not what it allows); the
+textbook floor is the usual step's FLOPs (every row its own sequence, nothing replayed) at the
+same rate. Also the time the step's linear layers alone take with each matmul timed at its real
+shape (decode steps are a few rows times a weight, where the BLAS runs below the large-matmul
+rate), and on a GPU generation against its memory floor (the weights and KV cache each decode
+step reads, at the measured copy bandwidth). On a CPU in float32 both use the faster of two
+matmul libraries PyTorch ships, its BLAS (MKL) and oneDNN, each measured here: on AMD processors
+MKL runs its AVX2 code, and oneDNN can be twice as fast (axiom-rl calls oneDNN there; TRL,
+through PyTorch, MKL).
 
     python benchmarks/grpo_step.py                       # the issue's configurations, CPU
     python benchmarks/grpo_step.py --config full --rounds 3 --steps 5
@@ -330,17 +334,22 @@ def memory_bandwidth(device: str) -> float:
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
-def step_work(setup: Setup, prompt_len: int) -> dict[str, tuple[float, float]]:
+def step_work(
+    setup: Setup, prompt_len: int, *, prompts_once: bool = True, replayed: bool = False
+) -> dict[str, tuple[float, float]]:
     """Work of one step by phase -- generation (prefill and decode), reference forward, policy
     forward, backward -- as (FLOPs, bytes of memory the phase must at least read).
 
     Linear layers cost 2 x params x tokens per forward (the backward twice that); attention adds
-    4 x layers x hidden x context per token. Logits are only needed for completion positions;
-    generation prefills each prompt once and decodes every row token by token; the training
-    passes also need each prompt once, with every row's completion on top of it (as axiom-rl
-    runs them; TRL runs every row's prompt, more work than is counted here). Bytes: every pass
-    reads the weights once; every decode step reads them again and the KV cache written so far
-    (which is what bounds decoding on a GPU). Activations and the optimizer are left out.
+    4 x layers x hidden x context per token. Logits are only needed for completion positions.
+    `prompts_once`: generation prefills each prompt once and the training passes run each group's
+    prompt once with every row's completion on top of it (as axiom-rl runs them on a CPU);
+    without it every row is its own sequence in every phase (the textbook step, and TRL's).
+    `replayed`: the policy forward's linear layers over the completion tokens are not computed but
+    taken from the rollout (axiom-rl on a CPU in float32: speed/replay.py), so they are not counted.
+    Bytes: every pass reads the weights once; every decode step reads them again and the KV cache
+    written so far (which is what bounds decoding on a GPU). Activations and the optimizer are
+    left out.
     """
     d, L = setup.hidden, setup.layers
     kv = setup.kv_heads * (d // setup.heads)
@@ -350,38 +359,49 @@ def step_work(setup: Setup, prompt_len: int) -> dict[str, tuple[float, float]]:
     rows, p, t = setup.prompts * setup.generations, prompt_len, setup.completion
     size = DTYPE_BYTES[setup.dtype]
     weights = (body + d * vocab) * size
+    sequences = setup.prompts if prompts_once else rows  # prompt passes
 
     def attention(tokens: int, context: float) -> float:
         return 4 * L * d * context * tokens
 
-    prefill = 2 * body * setup.prompts * p + attention(setup.prompts * p, p / 2)  # once per prompt
+    prefill = 2 * body * sequences * p + attention(sequences * p, p / 2)
     decode = rows * t * (2 * (body + d * vocab)) + attention(rows * t, p + t / 2)
     kv_read = t * L * rows * 2 * kv * (p + t / 2) * size  # K and V of every position so far, per step
-    # The same tokens as generation: each prompt once, then every row's completion on top of it.
+    # The training passes run the same tokens as generation.
     fwd = prefill + decode
+    policy = fwd - (2 * body * rows * t if replayed else 0.0)
     return {
         "prefill": (prefill, weights),
         "decode": (decode, t * weights + kv_read),
         "reference": (fwd, weights) if setup.beta else (0.0, 0.0),
-        "forward": (fwd, weights),
+        "forward": (policy, weights),
         "backward": (2 * fwd, 2 * weights),
     }
 
 
-def step_flops(setup: Setup, prompt_len: int) -> float:
+def axiom_work(setup: Setup, prompt_len: int, device: str) -> dict[str, tuple[float, float]]:
+    """What axiom-rl itself must compute in a step with its defaults on `device`: on a CPU each
+    group's prompt once per pass (Speed.share_prompt_passes), and in float32 the first update's
+    linear layers over the completions replayed from the rollout; on a GPU every row's prompt in
+    the training passes and no replay (generation prefills each prompt once on both)."""
+    cpu = device == "cpu"
+    work = step_work(setup, prompt_len, prompts_once=cpu, replayed=cpu and setup.dtype == "fp32")
+    if not cpu:
+        work["prefill"] = step_work(setup, prompt_len)["prefill"]
+    return work
+
+
+def step_flops(work: dict[str, tuple[float, float]]) -> float:
     """Training FLOPs of one step: rollout, reference forward, policy forward and backward."""
-    return sum(flops for flops, _ in step_work(setup, prompt_len).values())
+    return sum(flops for flops, _ in work.values())
 
 
-def floor_seconds(setup: Setup, prompt_len: int, rate: float, bandwidth: float | None) -> float:
-    """The fastest a step can be: each phase at the measured matmul rate or, when `bandwidth` is
-    given (on a GPU), no faster than reading its bytes at that rate either -- whichever is slower.
-    Decode steps are alike, so taking the larger of the decode phase's two totals is taking it
-    per step."""
-    return sum(
-        max(flops / rate, bytes_ / bandwidth if bandwidth else 0.0)
-        for flops, bytes_ in step_work(setup, prompt_len).values()
-    )
+def floor_seconds(work: dict[str, tuple[float, float]], rate: float, bandwidth: float | None) -> float:
+    """The fastest a step doing `work` can be: each phase at the measured matmul rate or, when
+    `bandwidth` is given (on a GPU), no faster than reading its bytes at that rate either --
+    whichever is slower. Decode steps are alike, so taking the larger of the decode phase's two
+    totals is taking it per step."""
+    return sum(max(flops / rate, bytes_ / bandwidth if bandwidth else 0.0) for flops, bytes_ in work.values())
 
 
 def matmul_timer(dtype: str, device: str) -> Callable[[int, int, int, str], float]:
@@ -429,6 +449,7 @@ def matmul_bound(
     prompt_len: int,
     device: str,
     time_matmul: Callable[[int, int, int, str], float] | None = None,
+    replayed: bool = False,
 ) -> dict[str, float]:
     """Seconds one step spends in its linear layers alone, each matmul timed at its real shape with
     this machine's matmul libraries (best of 5): generation (prefill, then one token per row per step: M is
@@ -437,6 +458,8 @@ def matmul_bound(
     calls these libraries can be faster. The compute floor assumes the rate of a large square
     matmul for all of them; at decode shapes (a few rows times a weight) they run at about half of it.
     `time_matmul(m, k, n, kind)` times one shape (default: on `device`, once per shape).
+    `replayed`: the policy forward's linear layers over the completions come from the rollout
+    (speed/replay.py), so only its logits are multiplied there.
     """
     d = setup.hidden
     hd = d // setup.heads
@@ -464,8 +487,11 @@ def matmul_bound(
     prompt_rows, completion_rows = setup.prompts * prompt_len // parts, rows * t // parts
     groups = setup.prompts // parts
     fwd = parts * (forward(prompt_rows, groups) + forward(completion_rows, completion_rows))
+    policy = fwd
+    if replayed:
+        policy = parts * (forward(prompt_rows, groups) + timed(completion_rows, d, vocab))
     bwd = parts * (backward(prompt_rows, groups) + backward(completion_rows, completion_rows))
-    return {"generation": gen, "reference": fwd if setup.beta else 0.0, "forward": fwd, "backward": bwd}
+    return {"generation": gen, "reference": fwd if setup.beta else 0.0, "forward": policy, "backward": bwd}
 
 
 @dataclass
@@ -479,11 +505,11 @@ class Machine:
 
 
 def measure_machine(setup: Setup, prompt_len: float, device: str) -> Machine:
-    # The CPU floor is FLOPs alone (the issue's definition); a GPU's decode is bound by memory.
+    # The CPU floor is FLOPs alone; a GPU's decode is bound by memory.
     return Machine(
         matmul_flops(device, setup.dtype),
         memory_bandwidth(device) if device != "cpu" else None,
-        matmul_bound(setup, round(prompt_len), device),
+        matmul_bound(setup, round(prompt_len), device, replayed=device == "cpu" and setup.dtype == "fp32"),
     )
 
 
@@ -854,7 +880,10 @@ def main() -> None:
         best = fastest(measured)
         rates, bandwidth, bound = best.rates, best.bandwidth, best.bound
         rate = max(rates.values())
-        floor = floor_seconds(setup, prompt_len, rate, bandwidth)
+        own = axiom_work(setup, round(prompt_len), args.device)
+        textbook = step_work(setup, round(prompt_len), prompts_once=False)
+        floor = floor_seconds(own, rate, bandwidth)
+        textbook_floor = floor_seconds(textbook, rate, bandwidth)
         seen = [max(m.rates.values()) for m in measured]
         checkpointing = "on" if setup.gradient_checkpointing else "off"
         print(
@@ -863,9 +892,11 @@ def main() -> None:
         memory = f", or its bytes at a measured {bandwidth / 1e9:.0f} GB/s where slower" if bandwidth else ""
         libraries = ", ".join(f"{lib} {r / 1e9:.0f}" for lib, r in rates.items())
         print(
-            f"   compute floor {floor * 1e3:.0f} ms/step ({step_flops(setup, prompt_len) / 1e9:.1f} GFLOP at a measured {rate / 1e9:.0f} GFLOP/s{memory};"
-            f" matmul GFLOP/s by library: {libraries}; the best of {len(measured)} measurements, before the first"
-            f" round and after each, which gave {min(seen) / 1e9:.0f}-{max(seen) / 1e9:.0f})"
+            f"   compute floor {floor * 1e3:.0f} ms/step: the {step_flops(own) / 1e9:.1f} GFLOP axiom-rl itself computes"
+            f" at a measured {rate / 1e9:.0f} GFLOP/s{memory}; the textbook step (every row its own sequence,"
+            f" nothing replayed: {step_flops(textbook) / 1e9:.1f} GFLOP) {textbook_floor * 1e3:.0f} ms."
+            f" Matmul GFLOP/s by library: {libraries}; the best of {len(measured)} measurements, before the first"
+            f" round and after each, which gave {min(seen) / 1e9:.0f}-{max(seen) / 1e9:.0f}"
         )
         note = busy_host_note(seen)
         if note:
@@ -875,10 +906,19 @@ def main() -> None:
             f"   matmuls alone at this step's shapes, each with the faster library: {matmuls_s * 1e3:.0f} ms/step"
             f" ({matmuls_s / floor:.2f}x the floor); split "
             + " / ".join(f"{v * 1e3:.0f}" for v in bound.values())
-            + " ms; no implementation calling these libraries can go below it"
+            + " ms; a step computing what axiom-rl computes with these libraries cannot go below it"
         )
+        if bandwidth:
+            generation_bytes = own["prefill"][1] + own["decode"][1]
+            print(
+                f"   generation's memory floor: weights + KV cache, {generation_bytes / 1e9:.2f} GB a rollout at"
+                f" {bandwidth / 1e9:.0f} GB/s = {generation_bytes / bandwidth * 1e3:.0f} ms,"
+                f" {setup.prompts * setup.generations * setup.completion / (generation_bytes / bandwidth):.0f} tokens/s"
+            )
         print(
-            f"   {'side':<17}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB median (range)':>24}   split: gen / ref / fwd / bwd (ms)   x floor"
+            f"   {'side':<17}{'s/step median (range)':>26}{'gen tok/s':>11}{'peak MB median (range)':>24}"
+            "   split: gen / ref / fwd / bwd (ms)   x floor   x textbook"
+            + ("   gen x memory floor" if bandwidth else "")
         )
         steps_med = {}
         for side in order:
@@ -892,7 +932,8 @@ def main() -> None:
             print(
                 f"   {label:<17}{steps_med[side]:>10.3f} ({min(s['step_s']):.3f}-{max(s['step_s']):.3f}){gen_rate:>11.0f}"
                 f"{med(peaks[side]):>11.0f} ({min(peaks[side]):.0f}-{max(peaks[side]):.0f})   {split:<30}   "
-                f"{steps_med[side] / floor:.2f}x"
+                f"{steps_med[side] / floor:>6.2f}x{steps_med[side] / textbook_floor:>11.2f}x"
+                + (f"{med(s['generation_s']) / (generation_bytes / bandwidth):>22.2f}x" if bandwidth else "")
             )
         a, b = sides["axiom"], sides["trl"]
         gen_ratio = (sum(a["tokens"]) / sum(a["generation_s"])) / (sum(b["tokens"]) / sum(b["generation_s"]))

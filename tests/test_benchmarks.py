@@ -46,6 +46,14 @@ def test_matmul_bound_covers_each_pass_of_the_step(grpo_step):
     per_token = grpo_step.matmul_bound(replace(small, completion=9), 10, "cpu", flops)["generation"]
     assert longer["generation"] - bound["generation"] == 56 * (per_token - bound["generation"])
     assert per_token - bound["generation"] > 2 * rows * 64 * 64  # a decode step multiplies every row
+    # replayed: the policy forward over the completions multiplies only the logits
+    replayed = grpo_step.matmul_bound(small, 10, "cpu", flops, replayed=True)
+    completion_rows = rows * small.completion
+    layers = small.layers * sum(
+        flops(completion_rows, k, n) for k, n in [(64, 128), (64, 64), (64, 256), (128, 64)]
+    )
+    assert bound["forward"] - replayed["forward"] == pytest.approx(layers)
+    assert replayed["backward"] == bound["backward"] and replayed["reference"] == bound["reference"]
 
 
 def test_the_matmul_timer_times_each_shape_once(grpo_step):
@@ -57,24 +65,45 @@ def test_the_matmul_timer_times_each_shape_once(grpo_step):
 
 def test_step_flops_grow_with_the_work(grpo_step):
     full = grpo_step.CONFIGS["full"]
-    flops = grpo_step.step_flops(full, 30)
-    assert grpo_step.step_flops(replace(full, completion=128), 30) > flops
-    assert grpo_step.step_flops(replace(full, beta=0.0), 30) < flops  # no reference forward
+    flops = grpo_step.step_flops(grpo_step.step_work(full, 30))
+    assert grpo_step.step_flops(grpo_step.step_work(replace(full, completion=128), 30)) > flops
+    assert grpo_step.step_flops(grpo_step.step_work(replace(full, beta=0.0), 30)) < flops  # no reference
 
 
-def test_floor_is_the_slower_of_compute_and_memory(grpo_step):
+def test_the_floor_is_the_slower_of_compute_and_memory(grpo_step):
     full = grpo_step.CONFIGS["full"]
     rate = 1e11
-    compute = grpo_step.floor_seconds(full, 30, rate, None)
-    assert compute == pytest.approx(grpo_step.step_flops(full, 30) / rate)
-    assert grpo_step.floor_seconds(full, 30, rate, 1e15) == pytest.approx(compute)  # bandwidth to spare
-    # a slow memory bounds decoding first: every decode step reads all weights and the KV cache
-    slow = grpo_step.floor_seconds(full, 30, rate, 1e9)
     work = grpo_step.step_work(full, 30)
+    compute = grpo_step.floor_seconds(work, rate, None)
+    assert compute == pytest.approx(grpo_step.step_flops(work) / rate)
+    assert grpo_step.floor_seconds(work, rate, 1e15) == pytest.approx(compute)  # bandwidth to spare
+    # a slow memory bounds decoding first: every decode step reads all weights and the KV cache
+    slow = grpo_step.floor_seconds(work, rate, 1e9)
     assert slow > compute
     assert slow >= work["decode"][1] / 1e9
     longer = grpo_step.step_work(replace(full, completion=128), 30)["decode"][1]
     assert longer > 2 * work["decode"][1]  # twice the steps, each over a longer cache
+
+
+def test_the_floor_leaves_out_what_axiom_rl_does_not_compute(grpo_step):
+    """On a CPU in float32 the first update replays the rollout's linear outputs over the
+    completions: exactly 2 x body parameters x completion tokens fewer FLOPs in the policy forward
+    than the textbook step, which also runs every row's prompt in every pass."""
+    full = grpo_step.CONFIGS["full"]
+    own = grpo_step.axiom_work(full, 30, "cpu")
+    shared = grpo_step.step_work(full, 30)
+    textbook = grpo_step.step_work(full, 30, prompts_once=False)
+    d, layers = full.hidden, full.layers
+    kv = full.kv_heads * (d // full.heads)
+    body = layers * (d * (d + 2 * kv) + d * d + 3 * d * full.intermediate)
+    tokens = full.prompts * full.generations * full.completion
+    assert shared["forward"][0] - own["forward"][0] == pytest.approx(2 * body * tokens)
+    assert own["backward"] == shared["backward"] and own["reference"] == shared["reference"]
+    assert grpo_step.step_flops(own) < grpo_step.step_flops(shared) < grpo_step.step_flops(textbook)
+    # no replay in bf16 or on a GPU; a GPU runs every row's prompt in its training passes
+    assert grpo_step.axiom_work(replace(full, dtype="bf16"), 30, "cpu")["forward"][0] == shared["forward"][0]
+    gpu = grpo_step.axiom_work(full, 30, "cuda")
+    assert gpu["forward"] == textbook["forward"] and gpu["prefill"] == shared["prefill"]
 
 
 def test_the_floor_takes_the_best_of_the_run_s_measurements(grpo_step):
