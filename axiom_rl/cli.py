@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from .config import EvalConfig, SFTConfig, TrainConfig
-from .errors import UserError
+from .errors import UserError, positive
 from .terminal import cell, one_line, printable
 
 
@@ -1100,6 +1100,192 @@ def failures_profile(db: str, run_name: str, out_dir: str | None) -> None:
     title = "weakness profile: " + printable(run_name).replace("$", r"\$")[:60]
     save_heat_map(cells, str(target / f"{stem}.png"), title)
     err.print(printable(f"wrote {target / stem}.json and .png"), markup=False)
+
+
+# ----------------------------------------------------------------------- process reward models
+
+
+@cli.group()
+def prm() -> None:
+    """Process reward models labelled by the verifier: label an evaluation run's steps, train a
+    PRM on them, score completions, and measure it (docs/training.md, "Process rewards")."""
+
+
+def _style_for(model: str, style: str) -> str:
+    from .models.load import check_model_spec
+    from .train.plan import resolve_prompt_style
+
+    return resolve_prompt_style(style, model, check_model_spec(model))
+
+
+_STYLE_OPTION = click.option(
+    "--prompt-style",
+    type=click.Choice(["auto", "full", "compact", "steps"]),
+    default="auto",
+    show_default=True,
+    help="The prompt style the policy was trained with (auto: its model card's).",
+)
+
+
+@prm.command("label")
+@click.option("--db", default="results.db", show_default=True, help="The results database.")
+@click.option("--run", "run_name", required=True, help="The evaluation run whose completions to label.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Output .jsonl file.")
+@click.option("--model", help="Code tasks: the policy whose continuations label each step (Monte-Carlo).")
+@_STYLE_OPTION
+@click.option("--continuations", default=8, show_default=True, help="Code: continuations sampled per step.")
+@click.option(
+    "--hard", is_flag=True, help="Code: a step is good when any continuation passes (default: the share)."
+)
+@click.option("--temperature", default=1.0, show_default=True, help="Code: sampling temperature.")
+@click.option("--max-tokens", default=256, show_default=True, help="Code: tokens per continuation at most.")
+def prm_label(db: str, run_name: str, out_path: str, model: str | None, prompt_style: str, continuations: int,
+              hard: bool, temperature: float, max_tokens: int) -> None:  # fmt: skip
+    """Split every completion of RUN into steps and label each: Countdown exactly (arithmetic,
+    numbers still available, target still reachable), code by Monte-Carlo continuations."""
+    from .eval.store import ResultsDB
+    from .io import write_jsonl_atomic
+    from .prm.labelling import label_run, policy_labeller
+
+    labeller = None
+    if model is not None:
+        positive(("--continuations", continuations), ("--max-tokens", max_tokens))
+        labeller = policy_labeller(
+            model, _style_for(model, prompt_style), continuations, hard, temperature, max_tokens
+        )
+    with ResultsDB(db, create=False) as store:
+        labelled = label_run(store, run_name, labeller)
+    write_jsonl_atomic(out_path, (e.to_dict() for e in labelled))
+    steps = [x for e in labelled for x in e.labels]
+    good = sum(x >= 0.5 for x in steps)
+    err.print(printable(f"{len(labelled)} completions of run {run_name!r}, {len(steps)} steps ({good} good, "
+                        f"{len(steps) - good} bad) -> {out_path}"), markup=False)  # fmt: skip
+
+
+@prm.command("train")
+@click.option("--model", required=True, help="The backbone: a model directory, a hub name, or tiny.")
+@click.option(
+    "--labels", "labels_path", required=True, type=click.Path(dir_okay=False), help="prm label's output."
+)
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where to save the PRM."
+)
+@_STYLE_OPTION
+@click.option("--steps", default=300, show_default=True, help="Optimizer steps.")
+@click.option(
+    "--lr", default=5e-4, show_default=True, help="AdamW's learning rate (a real model: about 1e-5)."
+)
+@click.option("--batch-size", default=32, show_default=True, help="Completions per step.")
+@click.option("--seed", default=0, show_default=True)
+def prm_train(model: str, labels_path: str, out_dir: str, prompt_style: str, steps: int, lr: float,
+              batch_size: int, seed: int) -> None:  # fmt: skip
+    """Train a process reward model on step labels: the backbone's body, a one-logit head read at
+    each step's last token, binary cross-entropy; saved with save_pretrained."""
+    from .prm.labels import read_labels
+    from .prm.model import MARKER, ProcessRewardModel, train_prm
+
+    target = Path(out_dir)
+    if target.exists() and (
+        not target.is_dir() or (any(target.iterdir()) and not (target / MARKER).exists())
+    ):
+        raise UserError(f"{out_dir} exists and is not a process reward model: choose another --out")
+    positive(("--steps", steps), ("--batch-size", batch_size), ("--lr", lr))
+    examples = read_labels(labels_path)
+    style = _style_for(model, prompt_style)
+    prm_model = ProcessRewardModel.from_backbone(model, style, seed=seed)
+    bar, task = rich_bar("prm train", stats=True)
+    bar.update(task, total=steps)
+    with bar:
+        losses = train_prm(prm_model, examples, steps, lr, batch_size, seed,
+                           lambda step, loss: bar.update(task, completed=step, stats=f"loss {loss:.3f}"))  # fmt: skip
+    prm_model.save(out_dir)
+    head, tail = losses[: max(1, steps // 10)], losses[-max(1, steps // 10) :]
+    err.print(printable(f"trained on {len(examples)} completions; loss {sum(head) / len(head):.3f} -> "
+                        f"{sum(tail) / len(tail):.3f}; saved to {out_dir}"), markup=False)  # fmt: skip
+
+
+@prm.command("score")
+@click.option("--prm", "prm_dir", required=True, type=click.Path(), help="A PRM directory (prm train's).")
+@click.argument("problems_path", type=click.Path(dir_okay=False))
+@click.argument("completions_path", type=click.Path(dir_okay=False))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the scores as JSONL here.")
+def prm_score(prm_dir: str, problems_path: str, completions_path: str, out_path: str | None) -> None:
+    """Score each step of each completion (a line of COMPLETIONS_PATH: problem_id, completion)."""
+    from .io import read_jsonl, write_jsonl_atomic
+    from .prm.model import ProcessRewardModel, check_prm_dir
+    from .prm.steps import split_steps
+    from .verify_files import load_problems
+
+    check_prm_dir(prm_dir)
+    errors: list[str] = []
+    problems = load_problems(problems_path, errors)
+    if errors:
+        raise UserError(errors[0])
+    todo = []
+    for line in read_jsonl(completions_path):
+        v = line.value
+        if (
+            line.error
+            or not isinstance(v, dict)
+            or v.get("problem_id") not in problems
+            or not isinstance(v.get("completion"), str)
+        ):
+            raise UserError(
+                f"{completions_path}:{line.lineno}: expected problem_id (of a problem in {problems_path}) and completion"
+            )
+        todo.append((problems[v["problem_id"]], v["completion"]))
+    if not todo:
+        raise UserError(f"{completions_path}: no completions")
+    steps = [split_steps(p, c) for p, c in todo]
+    model = ProcessRewardModel.load(prm_dir)
+    scores = model.score([p for p, _ in todo], [c for _, c in todo], [[s.end for s in st] for st in steps])
+    rows = [{"problem_id": p.id, "steps": [{"end": s.end, "text": s.text, "score": round(x, 6)} for s, x in zip(st, sc)],
+             "min": round(min(sc), 6) if sc else None} for (p, _), st, sc in zip(todo, steps, scores)]  # fmt: skip
+    if out_path:
+        write_jsonl_atomic(out_path, rows)
+    table = Table("problem", "steps", "min", "scores", box=None, pad_edge=False)
+    for row in rows[:50]:
+        table.add_row(cell(row["problem_id"]), str(len(row["steps"])), "-" if row["min"] is None else f"{row['min']:.3f}",
+                      cell(" ".join(f"{s['score']:.2f}" for s in row["steps"])))  # fmt: skip
+    out.print(table)
+    if len(rows) > 50:
+        err.print(f"(the first 50 of {len(rows)} shown)")
+
+
+@prm.command("eval")
+@click.option("--prm", "prm_dir", required=True, type=click.Path(), help="A PRM directory (prm train's).")
+@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
+              help="Held-out labels (prm label of another run): several samples per problem for reranking.")  # fmt: skip
+@click.option("--aggregate", type=click.Choice(["min", "mean", "last"]), default="min", show_default=True,
+              help="How a completion's step scores rank it for best-of-N.")  # fmt: skip
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the figures as JSON here.")
+def prm_eval(prm_dir: str, labels_path: str, aggregate: str, out_path: str | None) -> None:
+    """Step-level AUC against the labels, and best-of-N reranking beside one sample, majority vote
+    and the oracle."""
+    from .io import write_text_atomic
+    from .prm.evaluation import auc, rerank
+    from .prm.labels import read_labels
+    from .prm.model import ProcessRewardModel, check_prm_dir
+
+    check_prm_dir(prm_dir)
+    examples = read_labels(labels_path)
+    model = ProcessRewardModel.load(prm_dir)
+    scores = model.score(
+        [e.problem for e in examples], [e.completion for e in examples], [e.ends for e in examples]
+    )
+    flat = [(x, y >= 0.5) for e, sc in zip(examples, scores) for x, y in zip(sc, e.labels)]
+    area = auc([x for x, _ in flat], [y for _, y in flat])
+    r = rerank(examples, scores, aggregate)
+    figures = {"steps": len(flat), "good_steps": sum(y for _, y in flat), "auc": area, "problems": r.problems,
+               "samples_per_problem": r.samples_per_problem, "single": r.single, f"best_of_n_{aggregate}": r.best_of_n,
+               "majority": r.majority, "oracle": r.oracle}  # fmt: skip
+    out.print(f"steps {len(flat)} ({figures['good_steps']} good); step AUC "
+              + ("n/a (one kind of label only)" if area is None else f"{area:.3f}"))  # fmt: skip
+    out.print(f"{r.problems} problems, {r.samples_per_problem:.1f} samples each: one sample {r.single:.1%}, "
+              f"best-of-N by the PRM ({aggregate}) {r.best_of_n:.1%}, majority vote {r.majority:.1%}, "
+              f"oracle {r.oracle:.1%}")  # fmt: skip
+    if out_path:
+        write_text_atomic(out_path, json.dumps(figures, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------------------------- main

@@ -95,6 +95,11 @@ class TrainConfig(ModelOptions):
     """Wrap prompts with the tokenizer's chat template; auto: when it has one."""
     rewards: str = "auto"
     """Reward components as name:weight,... (docs/training.md), or auto: each task's default."""
+    prm: str | None = None
+    """The process reward model the `prm` reward reads (a directory `axiom-rl prm train` wrote)."""
+    prm_mode: str = "process"
+    """How the prm and oracle_steps rewards count: process (per-step rewards into token-level
+    advantages), or min, mean, last (that aggregate of the step scores added to the reward)."""
     # -- rollout ----------------------------------------------------------------------------
     prompts_per_step: int = 4
     """Prompts per rollout (B)."""
@@ -537,6 +542,7 @@ _CHOICES: dict[str, Callable[[], tuple[str, ...]]] = {
         *_registry(".reward_stage", "COMPONENTS")(),
     ),
     "source": _registry(".sources", "SOURCES"),
+    "prm_mode": _registry(".prm.components", "MODES"),
     "rollout_backend": _registry(".rollout", "BACKENDS"),
     "advantage": _registry(".algorithms", "ADVANTAGES"),
     "loss_type": _registry(".algorithms", "LOSSES"),

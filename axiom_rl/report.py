@@ -85,6 +85,34 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+# Reward components that score steps (axiom_rl/prm/components.py): logged as reward/<name>.
+PROCESS_REWARDS = ("prm", "oracle_steps")
+# Changes smaller than this (in a mean over a tenth of the steps) are not called a rise or a fall.
+HACKING_MARGIN = 0.02
+
+
+def process_reward_keys(metrics: list[dict[str, Any]]) -> list[str]:
+    return [f"reward/{name}" for name in PROCESS_REWARDS if any(f"reward/{name}" in m for m in metrics)]
+
+
+def reward_hacking_warnings(
+    first: list[dict[str, Any]], last: list[dict[str, Any]], keys: list[str]
+) -> list[str]:
+    """A line for each process reward that rose from the first tenth of the steps to the last while
+    the outcome (the share of completions passed) fell: the policy pleasing the PRM, not solving."""
+    out = []
+    fell = _mean(first, "accuracy") - _mean(last, "accuracy")
+    for key in keys:
+        rose = _mean(last, key) - _mean(first, key)
+        if rose > HACKING_MARGIN and fell > HACKING_MARGIN:
+            out.append(
+                f"**Reward hacking?** `{key}` rose by {rose:.3f} while accuracy fell by {fell:.3f} "
+                "(first tenth of the steps to the last): the policy may be pleasing the process reward "
+                "without solving. Compare the two curves in training.png."
+            )
+    return out
+
+
 def write_run_report(run_dir: Path) -> Path | None:
     """report.md and training.png of a GRPO or SFT run directory: what ran (the settings that
     shape it), how it went (the first and last tenth of its steps side by side) and where its
@@ -131,10 +159,13 @@ def write_run_report(run_dir: Path) -> Path | None:
          ("completion length (tokens)", "completion_len_mean")]
         if grpo else [("loss", "loss"), ("learning rate", "lr")]
     )  # fmt: skip
+    rows += [(f"process reward `{k}` (mean step score)", k) for k in process_reward_keys(metrics)]
     lines += ["", f"## First and last tenth of the steps ({tenth} each)", "", f"| | {span[0]} | {span[1]} |",
               "| --- | ---: | ---: |"]  # fmt: skip
     for label, key in rows:
         lines.append(f"| {label} | {_mean(first, key):.4g} | {_mean(last, key):.4g} |")
+    for warning in reward_hacking_warnings(first, last, process_reward_keys(metrics)):
+        lines += ["", warning]
     lines += ["", "## Files", ""]
     if plot is not None:
         lines += [f"![every step, with a moving average]({plot.name})", ""]
@@ -180,6 +211,11 @@ def plot_training(metrics: list[dict[str, Any]], path: Path) -> None:
     rewards = [m["reward_mean"] for m in metrics]
     _raw_and_smoothed(ax, steps, rewards, "reward mean", window)
     _raw_and_smoothed(ax, steps, [m["accuracy"] for m in metrics], "accuracy", window, linestyle="--")
+    for key in process_reward_keys(metrics):  # beside accuracy: a PRM's reward rising alone is hacking
+        values = [m.get(key, math.nan) for m in metrics]
+        _raw_and_smoothed(
+            ax, steps, values, key.removeprefix("reward/") + " (step score)", window, linestyle=":"
+        )
     ax.set_title("reward and accuracy per step")
     ax.legend(fontsize=8)
     axes[0][1].plot(steps, [m["kl"] for m in metrics])

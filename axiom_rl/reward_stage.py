@@ -53,6 +53,8 @@ class ComponentScores:
 
     rows: list[float]  # [B*G]
     steps: list[StepRewards | None] | None = None  # [B*G]
+    # False: `rows` are only logged (a process reward's mean step reward), not added to the reward.
+    adds_to_reward: bool = True
 
 
 class RewardComponent:
@@ -126,6 +128,9 @@ class StageResult:
     rewards: list[float]  # [B*G]
     components: list[dict[str, float]]  # [B*G]
     steps: list[StepRewards | None] = field(default_factory=list)  # [B*G], weighted
+    # The weights of the components that gave steps, summed: the trainer scales the process term of
+    # the advantages by it (normalising the step rewards in their group would cancel any weight).
+    step_weight: float = 0.0
 
     @property
     def has_steps(self) -> bool:
@@ -156,13 +161,17 @@ class RewardStage:
         n = len(problems)
         rewards, components = [0.0] * n, [{} for _ in range(n)]
         merged: list[dict[int, float] | None] = [None] * n
+        step_weight = 0.0
         for component, weight in self.weighted:
             scores = component.score(problems, completions, verdicts)
             if len(scores.rows) != n or (scores.steps is not None and len(scores.steps) != n):
                 raise ValueError(f"reward component {component.name!r} scored {len(scores.rows)} rows of {n}")
             for i, value in enumerate(scores.rows):
                 components[i][component.name] = float(value)
-                rewards[i] += weight * float(value)
+                if scores.adds_to_reward:
+                    rewards[i] += weight * float(value)
+            if scores.steps is not None:
+                step_weight += weight
             for i, steps in enumerate(scores.steps or ()):
                 if steps is None:
                     continue
@@ -174,7 +183,7 @@ class RewardStage:
             None if m is None else StepRewards(tuple(sorted(m)), tuple(m[e] for e in sorted(m)))
             for m in merged
         ]
-        return StageResult(rewards, components, steps_out)
+        return StageResult(rewards, components, steps_out, step_weight)
 
     @staticmethod
     def _task_defaults(
@@ -189,3 +198,7 @@ class RewardStage:
             rewards.append(value)
             components.append({name: value})
         return StageResult(rewards, components, [None] * len(problems))
+
+
+# The process rewards (oracle_steps, prm) register themselves as components.
+from .prm import components as _process_rewards  # noqa: E402,F401

@@ -373,8 +373,8 @@ def test_help_shows_each_default_and_the_names_an_option_takes(capsys, monkeypat
     assert "One of: grpo, dr_grpo, dapo, bnpo, hybrid, gspo, dgro. [default: grpo]" in train  # --loss-type
     assert "One of: uniform, file, learnability, schedule, adaptive, failures." in train  # --source
     assert (
-        "One of: auto, code_execution, binary, countdown, countdown_graduated, or_debug, format, length_penalty."
-        in train
+        "One of: auto, code_execution, binary, countdown, countdown_graduated, or_debug, format, length_penalty,"
+        " oracle_steps, prm." in train
     )
     assert "[default: --no-resume]" in train and "--steps INT" in train and "--tasks, --task TEXT" in train
     assert "One of: train, eval. [default: eval]" in evaluate  # --split

@@ -28,8 +28,10 @@ from ..sandbox.pool import Limits
 from ..types import Problem, TestCase, Verdict, to_json_data
 
 # Prompt styles: "full" is the natural-language prompt for real models; "compact" is a short
-# form for the built-in character-level tiny model (tasks without one fall back to "full").
-PROMPT_STYLES = ("full", "compact")
+# form for the built-in character-level tiny model (tasks without one fall back to "full");
+# "steps" is the compact form with worked steps before the answer, one equation a line, where a
+# task has them (Countdown; others render it as "compact"), for process rewards (axiom_rl/prm).
+PROMPT_STYLES = ("full", "compact", "steps")
 
 
 class Task:

@@ -37,6 +37,7 @@ FULL_PROMPT = (
 )
 FULL_PREFIX = "Let me solve this step by step.\n<think>"
 COMPACT_PREFIX = "<answer>"
+STEPS_PREFIX = "<think>"
 
 
 # What a problem read from a file may hold: far beyond any difficulty's, small enough that every
@@ -111,6 +112,33 @@ def solve(numbers: list[int], target: int) -> str | None:
     if found is not None and found.startswith("(") and found.endswith(")"):
         found = found[1:-1]
     return found
+
+
+def worked_steps(expression: str) -> list[str]:
+    """The operations of an arithmetic expression as equations, innermost first, without spaces:
+    "(5 + 2) * 3" -> ["5+2=7", "7*3=21"]. For the reference solutions the generator writes, whose
+    every operation has an integer value."""
+    steps: list[str] = []
+
+    def value(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return Fraction(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            left, right = value(node.left), value(node.right)
+            op = _OPS[type(node.op)]
+            result = (
+                left / right if op == "/" else {"+": left + right, "-": left - right, "*": left * right}[op]
+            )
+            steps.append(f"{_integer(left)}{op}{_integer(right)}={_integer(result)}")
+            return result
+        raise ValueError(f"not an arithmetic expression over integers: {expression!r}")
+
+    value(ast.parse(expression, mode="eval").body)
+    return steps
+
+
+def _integer(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
 
 @dataclass(frozen=True)
@@ -224,13 +252,13 @@ class Countdown(Task):
             )
 
     def render(self, problem: Problem, style: str = "full") -> str:
-        if style == "compact":
+        if style != "full":  # compact and steps: the numbers and the target
             m = problem.metadata
             return f"{' '.join(str(n) for n in m['numbers'])} -> {m['target']}\n"
         return problem.prompt
 
     def response_prefix(self, problem: Problem, style: str = "full") -> str:
-        return COMPACT_PREFIX if style == "compact" else FULL_PREFIX
+        return {"compact": COMPACT_PREFIX, "steps": STEPS_PREFIX}.get(style, FULL_PREFIX)
 
     def content_key(self, problem: Problem) -> str:
         # The same numbers in another order are the same puzzle.
@@ -241,6 +269,10 @@ class Countdown(Task):
         """A completion that scores 1.0, continuing `response_prefix` (used for SFT)."""
         if style == "compact":  # no spaces: every character is a token for a character-level model
             return f"{(problem.reference_solution or '').replace(' ', '')}</answer>"
+        if style == "steps":  # each operation of the reference as an equation, a line each
+            expression = problem.reference_solution or ""
+            steps = "".join(f"{line}\n" for line in worked_steps(expression))
+            return f"{steps}</think><answer>{expression.replace(' ', '')}</answer>"
         m = problem.metadata
         return (
             f" I need to combine {m['numbers']} to make {m['target']}.</think>\n"

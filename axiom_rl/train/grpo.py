@@ -111,6 +111,7 @@ class Scored:
     time_rollout: float = 0.0
     time_reward: float = 0.0
     steps: list[StepRewards | None] = field(default_factory=list)  # [B*G]: process rewards, if any
+    step_weight: float = 0.0  # the process term's scale (StageResult.step_weight)
 
 
 @dataclass
@@ -139,6 +140,7 @@ class PendingRollout:
             self.time_rollout,
             time.perf_counter() - start,
             result.steps,
+            result.step_weight,
         )
 
 
@@ -234,7 +236,8 @@ def with_step_credit(
 ) -> torch.Tensor:
     """The advantages the loss gets: the outcome advantages [B*G] as they are, or, where a reward
     component gave step rewards, [B*G, T]: each token's outcome advantage plus its process term
-    (algorithms.step_advantages: its step's and later steps' rewards, normalised in the group)."""
+    (algorithms.step_advantages: its step's and later steps' rewards, normalised in the group),
+    scaled by the step components' weight."""
     if not any(s is not None for s in scored.steps):
         return outcome
     ends: list[list[int]] = []
@@ -247,7 +250,7 @@ def with_step_credit(
         ends.append(sorted(merged))
         values.append([merged[t] for t in sorted(merged)])
     process = step_advantages(ends, values, g, batch.completion_ids.shape[1])  # [B*G, T]
-    return outcome.unsqueeze(1).to(process.dtype) + process
+    return outcome.unsqueeze(1).to(process.dtype) + scored.step_weight * process
 
 
 def token_ends(tokenizer: Any, ids: Sequence[int], char_ends: Sequence[int]) -> list[int]:

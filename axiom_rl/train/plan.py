@@ -5,7 +5,7 @@ mistake. Shared by `train`, `sft` and `eval`, so a typo never leaves a run direc
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -136,7 +136,30 @@ def plan_run(cfg: TrainConfig) -> Plan:
                                           problems=None if problems is None else tuple(problems)))  # fmt: skip
     style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
     needs_sandbox = any(get_task(t).runs_code for t in tasks)
-    return Plan(tasks, difficulties, style, needs_sandbox, parse_reward_specs(cfg.rewards), problems)
+    return Plan(tasks, difficulties, style, needs_sandbox, process_reward_specs(cfg), problems)
+
+
+def process_reward_specs(cfg: TrainConfig) -> Any:
+    """The reward specs, the process rewards given --prm and --prm-mode (checked here, before
+    anything is written: a PRM directory that is not one, --prm without the prm reward)."""
+    from ..prm.components import check_mode
+    from ..prm.model import check_prm_dir
+
+    specs = parse_reward_specs(cfg.rewards)
+    names = {s.name for s in specs or ()}
+    check_mode(cfg.prm_mode)
+    if cfg.prm and "prm" not in names:
+        raise UserError(
+            "--prm names a process reward model, but --rewards has no prm (e.g. countdown:1.0,prm:0.5)"
+        )
+    if "prm" in names:
+        if not cfg.prm:
+            raise UserError(
+                "the prm reward needs a process reward model: --prm DIR (made by `axiom-rl prm train`)"
+            )
+        check_prm_dir(cfg.prm)
+    params = {"prm": {"path": cfg.prm, "mode": cfg.prm_mode}, "oracle_steps": {"mode": cfg.prm_mode}}
+    return specs and [replace(s, params=params[s.name]) if s.name in params else s for s in specs]
 
 
 # The loss's options that `loss_params` may not set: each has a field of its own, or the trainer

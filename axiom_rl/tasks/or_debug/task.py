@@ -173,12 +173,12 @@ class ORDebug(Task):
         return LinearModel.from_dict(problem.metadata["model"])
 
     def render(self, problem: Problem, style: str = "full") -> str:
-        if style == "compact":
+        if style != "full":  # compact, or steps (none of its own)
             return self.model_of(problem).compact_text() + "\n"
         return problem.prompt
 
     def response_prefix(self, problem: Problem, style: str = "full") -> str:
-        return COMPACT_PREFIX if style == "compact" else FULL_PREFIX
+        return FULL_PREFIX if style == "full" else COMPACT_PREFIX
 
     def content_key(self, problem: Problem) -> str:
         """The model before its sabotage: problems made from one model are one content, in one
@@ -195,7 +195,7 @@ class ORDebug(Task):
 
     def reference_completion(self, problem: Problem, style: str = "full") -> str:
         conflict = problem.metadata["conflict"]
-        if style == "compact":
+        if style != "full":
             lines = [f"conflict:{','.join(conflict)}", *problem.metadata["undo_compact"]]
             return "\n".join(lines) + "</answer>"
         return (

@@ -1,0 +1,87 @@
+"""A completion split into reasoning steps, per task: where each step ends in the text.
+
+Countdown: each equation `a op b = c` written before the answer (inside <think>, or before
+<answer> when the think tag is left open), then the answer itself as the last step. Text between
+equations belongs to no step; prose without equations gives the answer alone. The "steps" prompt
+style has the model write one equation a line (tasks/countdown.py).
+
+Code: growing prefixes of the function: each non-blank line after the `def` line of the
+completion's code (up to its closing fence) is a step, ending where the line ends.
+
+A completion is the policy's text: patterns are bounded, at most MAX_STEPS steps are read and
+only the first MAX_SCANNED characters are searched.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import UserError
+from ..types import Problem
+
+MAX_STEPS = 32
+MAX_SCANNED = 8000
+# Bounded repeats: `\d+` before a failing match would rescan a long run of digits from each position.
+EQUATION = re.compile(r"(-?\d{1,9}) {0,3}([-+*/]) {0,3}(-?\d{1,9}) {0,3}= {0,3}(-?\d{1,12})")
+ANSWER_OPEN, ANSWER_CLOSE, THINK_CLOSE = "<answer>", "</answer>", "</think>"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: its text, where it ends in the completion (a character offset), and its kind."""
+
+    text: str
+    end: int
+    kind: str  # "equation", "answer" or "line"
+
+
+def countdown_steps(completion: str) -> list[Step]:
+    text = completion[:MAX_SCANNED]
+    answer_at = text.find(ANSWER_OPEN)
+    think_end = text.find(THINK_CLOSE)
+    if think_end < 0 or (0 <= answer_at < think_end):
+        think_end = answer_at if answer_at >= 0 else len(text)
+    steps = [Step(m[0], m.end(), "equation") for m in EQUATION.finditer(text, 0, think_end)][: MAX_STEPS - 1]
+    if answer_at >= 0:
+        close = text.find(ANSWER_CLOSE, answer_at)
+        end = close + len(ANSWER_CLOSE) if close >= 0 else len(text)
+        steps.append(Step(text[answer_at:end], end, "answer"))
+    return steps
+
+
+def code_steps(completion: str) -> list[Step]:
+    text = completion[:MAX_SCANNED]
+    steps: list[Step] = []
+    in_function = False
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        start, pos = pos, pos + len(line)
+        body = line.rstrip("\r\n")
+        if not in_function:
+            in_function = body.lstrip().startswith("def ")
+            continue
+        if body.strip().startswith("```"):
+            break
+        if body.strip():
+            steps.append(Step(body, start + len(body), "line"))
+            if len(steps) == MAX_STEPS:
+                break
+    return steps
+
+
+def has_steps(task: str) -> bool:
+    """Whether completions of `task` can be split into steps."""
+    from ..tasks import get_task
+    from ..tasks.base import CodeTask
+
+    return task == "countdown" or isinstance(get_task(task), CodeTask)
+
+
+def split_steps(problem: Problem, completion: str) -> list[Step]:
+    """The completion's steps, by its problem's task; UserError for a task without a segmentation."""
+    if problem.task == "countdown":
+        return countdown_steps(completion)
+    if has_steps(problem.task):
+        return code_steps(completion)
+    raise UserError(f"task {problem.task!r} has no step segmentation (countdown and the code tasks have one)")
