@@ -99,3 +99,14 @@ def test_verdict_statuses():
     assert TASK.score(p, "<answer>hello world</answer>").status == SYNTAX_ERROR
     assert TASK.score(p, f"<answer>{n[0]} / ({n[1]} - {n[1]})</answer>").status == RUNTIME_ERROR
     assert TASK.score(p, "<answer>1 + 1</answer>").status == WRONG_ANSWER
+
+
+def test_an_answer_python_warns_about_is_refused_without_a_warning():
+    """A policy writes "1if 2" or "3x" in thousands of answers: each is a syntax error, never a
+    SyntaxWarning printed on the trainer's stderr."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for text in ("1if 2", "3x", "0b2", "1_"):
+            assert not analyse([1, 2, 3], 6, f"<answer>{text}</answer>").parsed

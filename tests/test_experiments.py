@@ -138,3 +138,27 @@ def test_the_or_debug_experiment_runs_and_reports(tmp_path: Path, capsys):
         assert set(results[f"or_debug/s0/{arm}"]) >= {"greedy", "sampled"}
         assert f"\n{arm} " in out
     assert results["or_debug/s0/sft-more"]["wall_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
+    """experiments/prm.py end to end at a tiny size: every part recorded, a second run resumes
+    without training again, and the report prints the PRM's figures and each arm."""
+    spec = importlib.util.spec_from_file_location("prm_experiment", SCRIPT.parent / "prm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    argv = ["run", "--seeds", "0", "--minutes", "0.05", "--sft-steps", "40", "--train-count", "8", "--eval-count", "3",
+            "--prm-steps", "2", "--out", str(tmp_path)]  # fmt: skip
+    module.main(argv)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {"s0/prm-model", "s0/outcome", "s0/oracle_steps", "s0/prm"} <= set(results)
+    model = results["s0/prm-model"]
+    assert model["problems"] == 3 and 0 <= model["train_good"] <= model["train_steps"]
+    assert all(results[f"s0/{arm}"]["steps"] >= 1 for arm in ("outcome", "oracle_steps"))
+    assert "reward/oracle_steps" in results["s0/oracle_steps"]
+    stamp = (tmp_path / "results.json").stat().st_mtime_ns
+    module.main(argv)  # everything is there: nothing runs again
+    assert (tmp_path / "results.json").stat().st_mtime_ns == stamp
+    out = capsys.readouterr().out
+    assert "| SFT base |" in out and "| oracle_steps |" in out and "step AUC" in out

@@ -100,7 +100,9 @@ class ProcessRewardModel:
 
     def save(self, path: str) -> None:
         """Written whole or not at all (an existing directory is replaced only once the new one is)."""
-        with atomic_directory(path) as tmp:
+        from ..models.load import no_progress_bars
+
+        with atomic_directory(path) as tmp, no_progress_bars():
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
             info = {"format": FORMAT, "prompt_style": self.prompt_style, "chat_template": self.chat_template}
@@ -111,8 +113,11 @@ class ProcessRewardModel:
         info = check_prm_dir(path)
         from transformers import AutoModelForTokenClassification, AutoTokenizer
 
+        from ..models.load import no_progress_bars
+
         try:
-            model = AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32)
+            with no_progress_bars():
+                model = AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32)
             tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as e:
             raise UserError(f"cannot load the PRM in {path}: {str(e).splitlines()[0][:200]}") from None

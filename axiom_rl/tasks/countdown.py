@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
@@ -194,7 +195,9 @@ def analyse(numbers: list[int], target: int, completion: str) -> Answer:
     if not text or len(text) > MAX_ANSWER_CHARS:
         return Answer(has_answer=True, error="empty or overlong answer")
     try:
-        tree = ast.parse(text, mode="eval")
+        with warnings.catch_warnings():  # "1if" and the like: a SyntaxWarning on stderr per answer
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text, mode="eval")
         literals: list[int] = []
         value = _evaluate(tree.body, literals)
     except (SyntaxError, ValueError, _Parse, RecursionError, MemoryError) as e:

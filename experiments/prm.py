@@ -1,0 +1,203 @@
+"""Process rewards labelled by the verifier, measured: the PRM's step AUC and best-of-8 reranking on
+held-out Countdown problems, and GRPO with process rewards (the exact labels, the learned PRM)
+against outcome-only GRPO for the same wall time.
+
+Per seed: the built-in micro model SFT'd on Countdown difficulty 1 in the steps style (the
+quickstart's SFT settings: 700 steps x 64, lr 2e-3 constant, 50 warm-up steps); its completions on
+2,000 train-split problems and 200 held-out ones, 8 samples each at T = 1.0, labelled by `prm
+label`; a PRM trained on the train-split labels (2,000 steps, otherwise `prm train`'s defaults) and
+evaluated on the held-out ones (`prm eval`); then three GRPO arms from the SFT'd model for the same wall time each
+(--minutes): outcome only (countdown), countdown + oracle_steps (λ 0.5), countdown + prm (λ 0.5),
+each 16 prompts x 8 completions of at most 64 tokens, lr 2e-4, β 0.01, T 1.0, and each evaluated
+on 200 held-out problems x 4 samples at T = 1.0.
+
+    python experiments/prm.py run --seeds 0 1 2 --minutes 3 --out runs/prm-experiment
+    python experiments/prm.py report --out runs/prm-experiment
+
+OUT/results.json holds each finished part (a stopped run resumes after the last one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from axiom_rl.cli import main as cli  # noqa: E402
+from axiom_rl.config import EvalConfig, SFTConfig, TrainConfig  # noqa: E402
+from axiom_rl.eval.evaluate import evaluate  # noqa: E402
+from axiom_rl.io import write_text_atomic  # noqa: E402
+from axiom_rl.quickstart import QuickstartConfig, sft_settings  # noqa: E402
+from axiom_rl.train.grpo import train  # noqa: E402
+from axiom_rl.train.sft import sft  # noqa: E402
+
+MAX_TOKENS = 64
+ARMS = {
+    "outcome": {"rewards": "countdown"},
+    "oracle_steps": {"rewards": "countdown:1.0,oracle_steps:0.5"},
+    "prm": {"rewards": "countdown:1.0,prm:0.5"},
+}
+
+
+def quiet(*_: Any, **__: Any) -> None:
+    pass
+
+
+class Results:
+    def __init__(self, out: Path) -> None:
+        self.path = out / "results.json"
+        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        write_text_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
+
+
+def held_out(model: Path, db: Path, run: str, seed: int, count: int) -> float:
+    """Sampled accuracy (T = 1.0) on `count` eval-split problems of difficulty 1, 4 samples each."""
+    _, summary = evaluate(
+        EvalConfig(model=str(model), tasks=["countdown"], difficulty="1", count=count, samples=4, temperature=1.0,
+                   split="eval", max_completion_length=MAX_TOKENS, db=str(db), run_name=run, seed=seed),
+        say=quiet,
+    )  # fmt: skip
+    return summary[0]["success_rate"]
+
+
+def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -> None:
+    base_dir = out / f"s{seed}"
+    base = base_dir / "sft" / "final_model"
+    db = base_dir / "results.db"
+    if results.get(f"s{seed}/prm-model") is None:
+        settings = {k: v for k, v in sft_settings(QuickstartConfig()).items() if k != "seed"}
+        settings.update(prompt_style="steps", output_dir=str(base_dir / "sft"), seed=seed, save_every=0,
+                        steps=args.sft_steps)  # fmt: skip
+        start = time.perf_counter()
+        sft(SFTConfig(**settings), say=quiet)
+        sft_s = time.perf_counter() - start
+        for split, count, name in (
+            ("train", args.train_count, "train-samples"),
+            ("eval", args.eval_count, "held-out"),
+        ):
+            evaluate(
+                EvalConfig(model=str(base), tasks=["countdown"], difficulty="1", count=count, samples=8,
+                           temperature=1.0, split=split, max_completion_length=MAX_TOKENS, db=str(db),
+                           run_name=name, seed=seed),
+                say=quiet,
+            )  # fmt: skip
+            assert (
+                cli(
+                    ["prm", "label", "--db", str(db), "--run", name, "--out", str(base_dir / f"{name}.jsonl")]
+                )
+                == 0
+            )
+        start = time.perf_counter()
+        assert cli(["prm", "train", "--model", str(base), "--labels", str(base_dir / "train-samples.jsonl"),
+                    "--out", str(base_dir / "prm"), "--seed", str(seed), "--steps", str(args.prm_steps)]) == 0  # fmt: skip
+        prm_s = time.perf_counter() - start
+        figures = base_dir / "prm-eval.json"
+        assert cli(["prm", "eval", "--prm", str(base_dir / "prm"), "--labels", str(base_dir / "held-out.jsonl"),
+                    "--out", str(figures)]) == 0  # fmt: skip
+        labels = [json.loads(line) for line in (base_dir / "train-samples.jsonl").read_text().splitlines()]
+        steps = [x for row in labels for x in row["labels"]]
+        results.put(f"s{seed}/prm-model", {**json.loads(figures.read_text()), "sft_s": sft_s, "prm_train_s": prm_s,
+                                     "train_steps": len(steps), "train_good": sum(steps),
+                                     "base_heldout": held_out(base, db, "base-heldout", seed, args.eval_count)})  # fmt: skip
+    for arm, settings in ARMS.items():
+        key = f"s{seed}/{arm}"
+        if results.get(key) is not None:
+            continue
+        run_dir = base_dir / f"grpo-{arm}"
+        start = time.perf_counter()
+        result = train(
+            TrainConfig(model=str(base), tasks=["countdown"], difficulty="1", steps=10**6, prompts_per_step=16,
+                        num_generations=8, max_completion_length=MAX_TOKENS, lr=2e-4, beta=0.01, temperature=1.0,
+                        seed=seed, max_seconds=args.minutes * 60, save_every=0, output_dir=str(run_dir),
+                        prm=str(base_dir / "prm") if arm == "prm" else None, **settings),
+            say=quiet,
+        )  # fmt: skip
+        wall = time.perf_counter() - start
+        rows = result.metrics
+        tenth = max(1, len(rows) // 10)
+        results.put(key, {
+            "steps": result.steps, "wall_s": wall,
+            "heldout": held_out(run_dir / "final_model", db, f"grpo-{arm}", seed, args.eval_count),
+            "train_accuracy_first": statistics.fmean(r["accuracy"] for r in rows[:tenth]),
+            "train_accuracy_last": statistics.fmean(r["accuracy"] for r in rows[-tenth:]),
+            "zero_std_frac": statistics.fmean(r["zero_std_frac"] for r in rows),
+            **{k: statistics.fmean(r[k] for r in rows[-tenth:]) for k in rows[-1] if k.startswith("reward/")},
+        })  # fmt: skip
+
+
+def mean_spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.1%}"
+    return f"{statistics.fmean(values):.1%} ± {statistics.stdev(values):.1%}"
+
+
+def report(out: Path) -> str:
+    results = Results(out).data
+    seeds = sorted({k.split("/")[0] for k in results})
+    prm = [results[f"{s}/prm-model"] for s in seeds if f"{s}/prm-model" in results]
+    lines = [f"seeds: {', '.join(seeds)}", "", "| seed | step AUC | one sample | best-of-8 (PRM, min) | majority | oracle |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for s, r in zip(seeds, prm):
+        lines.append(
+            f"| {s} | {'n/a' if r['auc'] is None else format(r['auc'], '.3f')} | {r['single']:.1%} | {r['best_of_n_min']:.1%} | {r['majority']:.1%} | {r['oracle']:.1%} |"
+        )
+    lines += ["", "| arm | seeds | steps | held-out (T = 1.0) | over outcome-only, pts | zero-variance fraction |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    base = [r["base_heldout"] for r in prm]
+    lines.append(f"| SFT base | {len(base)} | - | {mean_spread(base)} | - | - |")
+    outcome = {s: results[f"{s}/outcome"]["heldout"] for s in seeds if f"{s}/outcome" in results}
+    for arm in ARMS:
+        runs = {s: results[f"{s}/{arm}"] for s in seeds if f"{s}/{arm}" in results}
+        if not runs:
+            continue
+        gains = [100 * (r["heldout"] - outcome[s]) for s, r in runs.items() if s in outcome]
+        gain = f"{statistics.fmean(gains):+.1f}" + (
+            f" ± {statistics.stdev(gains):.1f}" if len(gains) > 1 else ""
+        )
+        lines.append(
+            f"| {arm} | {len(runs)} | {statistics.fmean(r['steps'] for r in runs.values()):.0f} | "
+            f"{mean_spread([r['heldout'] for r in runs.values()])} | {gain if arm != 'outcome' else '-'} | "
+            f"{statistics.fmean(r['zero_std_frac'] for r in runs.values()):.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["run", "report"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--minutes", type=float, default=3.0, help="wall time of each GRPO arm")
+    parser.add_argument("--sft-steps", type=int, default=700, help="the base's SFT steps (the quickstart's)")
+    parser.add_argument(
+        "--train-count", type=int, default=2000, help="train-split problems whose samples are labelled"
+    )
+    parser.add_argument("--eval-count", type=int, default=200, help="held-out problems")
+    parser.add_argument("--prm-steps", type=int, default=2000, help="prm train's steps")
+    parser.add_argument("--out", type=Path, default=Path("runs/prm-experiment"))
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.what == "run":
+        results = Results(args.out)
+        for seed in args.seeds:
+            run_seed(args.out, seed, args, results)
+            print(f"seed {seed} done", flush=True)
+    print(report(args.out))
+
+
+if __name__ == "__main__":
+    main()
