@@ -356,3 +356,34 @@ def test_the_run_report_flags_a_process_reward_rising_while_accuracy_falls(tmp_p
     assert "Reward hacking?" in hacked and "`reward/prm`" in hacked
     assert "process reward `reward/prm`" in hacked  # its first and last tenth in the table
     assert "Reward hacking?" not in run("honest", accuracy_end=0.7)
+
+
+def test_prm_score_scores_each_step_of_each_completion(labelled_run, tmp_path, capsys):
+    """`prm score` on a problems file and a completions file: one row per completion, one score per
+    step in (0, 1), the same as the model's own scoring; a completion of an unknown problem is one line."""
+    _, model = labelled_run
+    problems = generate_problems("countdown", 1, 3, seed=5, split="eval")
+    (tmp_path / "problems.jsonl").write_text("".join(json.dumps(p.to_dict()) + "\n" for p in problems))
+    texts = [variants(p)[k] for k, p in enumerate(problems)]
+    (tmp_path / "completions.jsonl").write_text(
+        "".join(json.dumps({"problem_id": p.id, "completion": t}) + "\n" for p, t in zip(problems, texts))
+    )
+    prm = ProcessRewardModel.from_backbone(str(model), "steps")
+    prm.save(str(tmp_path / "prm"))
+    out = tmp_path / "scores.jsonl"
+    argv = ["prm", "score", "--prm", str(tmp_path / "prm"), str(tmp_path / "problems.jsonl")]
+    assert main([*argv, str(tmp_path / "completions.jsonl"), "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    expected = prm.score(
+        problems, texts, [[s.end for s in split_steps(p, t)] for p, t in zip(problems, texts)]
+    )
+    assert [r["problem_id"] for r in rows] == [p.id for p in problems]
+    for row, scores in zip(rows, expected):
+        assert [s["score"] for s in row["steps"]] == pytest.approx(scores, abs=1e-5)
+        assert all(0 < s["score"] < 1 for s in row["steps"]) and row["min"] == pytest.approx(
+            min(scores), abs=1e-5
+        )
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"problem_id": "nope", "completion": "x"}) + "\n")
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "bad.jsonl")]) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err
