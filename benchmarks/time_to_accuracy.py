@@ -147,6 +147,16 @@ def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | No
     return curve[0][0] if curve and curve[0][1] >= target else None
 
 
+def base_to_train(card: Path, sft_steps: int) -> bool:
+    """Whether the SFT base must be trained: a base left in --out by an earlier invocation is used
+    again only when its model card says it had the SFT steps asked for (not one of another size)."""
+    try:
+        made = json.loads(card.read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(made, dict) or made.get("sft_steps") != sft_steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="training wall time of each trainer")
@@ -166,7 +176,7 @@ def main() -> None:
     results: dict[str, Any] = {"minutes": args.minutes, "points": points, "seeds": {}}
     for seed in range(args.seeds):
         base = out / f"sft-s{seed}"
-        if not (base / "final_model" / "axiom_rl.json").exists():
+        if base_to_train(base / "final_model" / "axiom_rl.json", args.sft_steps):
             shutil.rmtree(base, ignore_errors=True)
             settings = {**sft_settings(QuickstartConfig(seed=seed)), "steps": args.sft_steps}
             sft(SFTConfig(**settings, output_dir=str(base), save_every=0), say=quiet)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -281,3 +282,19 @@ def test_time_to_accuracy_reads_its_curves_as_it_says():
         (60.0, Path("a")),
         (120.0, Path("c")),
     ]
+
+
+def test_time_to_accuracy_trains_its_base_again_unless_it_is_the_size_asked(tmp_path):
+    """A base left in --out is used again only when its model card says it had the SFT steps asked
+    for: an earlier quick check's 60-step base is not taken for the 700-step one."""
+    spec = importlib.util.spec_from_file_location(
+        "time_to_accuracy_bench", SCRIPT.parent / "time_to_accuracy.py"
+    )
+    tta = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tta)
+    card = tmp_path / "axiom_rl.json"
+    assert tta.base_to_train(card, 700)  # none there
+    card.write_text(json.dumps({"method": "sft", "sft_steps": 60}))
+    assert tta.base_to_train(card, 700) and not tta.base_to_train(card, 60)
+    card.write_text("not json")
+    assert tta.base_to_train(card, 60)
