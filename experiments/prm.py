@@ -7,7 +7,8 @@ quickstart's SFT settings: 700 steps x 64, lr 2e-3 constant, 50 warm-up steps); 
 2,000 train-split problems and 200 held-out ones, 8 samples each at T = 1.0, labelled by `prm
 label`; a PRM trained on the train-split labels (2,000 steps, otherwise `prm train`'s defaults) and
 evaluated on the held-out ones (`prm eval`); then three GRPO arms from the SFT'd model for the same wall time each
-(--minutes): outcome only (countdown), countdown + oracle_steps (λ 0.5), countdown + prm (λ 0.5),
+(--minutes): outcome only (countdown), countdown + oracle_steps (λ 0.5), countdown + prm (λ 0.5 and
+0.1),
 each 16 prompts x 8 completions of at most 64 tokens, lr 2e-4, β 0.01, T 1.0, and each evaluated
 on 200 held-out problems x 4 samples at T = 1.0.
 
@@ -43,6 +44,7 @@ ARMS = {
     "outcome": {"rewards": "countdown"},
     "oracle_steps": {"rewards": "countdown:1.0,oracle_steps:0.5"},
     "prm": {"rewards": "countdown:1.0,prm:0.5"},
+    "prm_small": {"rewards": "countdown:1.0,prm:0.1"},  # the learned PRM with a fifth of the weight
 }
 
 
@@ -122,7 +124,7 @@ def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -
             TrainConfig(model=str(base), tasks=["countdown"], difficulty="1", steps=10**6, prompts_per_step=16,
                         num_generations=8, max_completion_length=MAX_TOKENS, lr=2e-4, beta=0.01, temperature=1.0,
                         seed=seed, max_seconds=args.minutes * 60, save_every=0, output_dir=str(run_dir),
-                        prm=str(base_dir / "prm") if arm == "prm" else None, **settings),
+                        prm=str(base_dir / "prm") if arm.startswith("prm") else None, **settings),
             say=quiet,
         )  # fmt: skip
         wall = time.perf_counter() - start
