@@ -1214,26 +1214,14 @@ def prm_score(prm_dir: str, problems_path: str, completions_path: str, out_path:
     from .io import read_jsonl, write_jsonl_atomic
     from .prm.model import ProcessRewardModel, check_prm_dir
     from .prm.steps import split_steps
-    from .verify_files import load_problems
+    from .verify_files import load_problems, read_completions
 
     check_prm_dir(prm_dir)
     errors: list[str] = []
     problems = load_problems(problems_path, errors)
+    todo = read_completions(completions_path, read_jsonl(completions_path), problems, errors)
     if errors:
         raise UserError(errors[0])
-    todo = []
-    for line in read_jsonl(completions_path):
-        v = line.value
-        if (
-            line.error
-            or not isinstance(v, dict)
-            or v.get("problem_id") not in problems
-            or not isinstance(v.get("completion"), str)
-        ):
-            raise UserError(
-                f"{completions_path}:{line.lineno}: expected problem_id (of a problem in {problems_path}) and completion"
-            )
-        todo.append((problems[v["problem_id"]], v["completion"]))
     if not todo:
         raise UserError(f"{completions_path}: no completions")
     steps = [split_steps(p, c) for p, c in todo]

@@ -159,12 +159,13 @@ def write_run_report(run_dir: Path) -> Path | None:
          ("completion length (tokens)", "completion_len_mean")]
         if grpo else [("loss", "loss"), ("learning rate", "lr")]
     )  # fmt: skip
-    rows += [(f"process reward `{k}` (mean step score)", k) for k in process_reward_keys(metrics)]
+    process = process_reward_keys(metrics)
+    rows += [(f"process reward `{k}` (mean step score)", k) for k in process]
     lines += ["", f"## First and last tenth of the steps ({tenth} each)", "", f"| | {span[0]} | {span[1]} |",
               "| --- | ---: | ---: |"]  # fmt: skip
     for label, key in rows:
         lines.append(f"| {label} | {_mean(first, key):.4g} | {_mean(last, key):.4g} |")
-    for warning in reward_hacking_warnings(first, last, process_reward_keys(metrics)):
+    for warning in reward_hacking_warnings(first, last, process):
         lines += ["", warning]
     lines += ["", "## Files", ""]
     if plot is not None:

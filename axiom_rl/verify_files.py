@@ -120,6 +120,35 @@ def read_problems_file(path: str) -> list[Problem]:
     return problems
 
 
+def read_completions(
+    path: str | Path, lines: Sequence[Any], problems: dict[str, Problem], errors: list[str]
+) -> list[tuple[Problem, str]]:
+    """(problem, completion) for each line of a completions file (as read_jsonl gives them):
+    {"problem_id", "completion"}, or the HumanEval and MBPP harnesses' {"task_id", "completion"};
+    bad lines become messages in `errors`."""
+    todo: list[tuple[Problem, str]] = []
+    for line in lines:
+        where = f"{path}:{line.lineno}"
+        v = line.value
+        if isinstance(v, dict) and "problem_id" not in v and "task_id" in v:
+            # the samples format of the HumanEval and MBPP harnesses: {"task_id", "completion"}
+            task_id = v["task_id"]
+            v = dict(v, problem_id=task_id if isinstance(task_id, str) else mbpp_problem_id(task_id))
+        if line.error:
+            errors.append(f"{where}: {line.error}")
+        elif not isinstance(v, dict) or "problem_id" not in v or "completion" not in v:
+            errors.append(f"{where}: expected an object with 'problem_id' and 'completion'")
+        elif v["problem_id"] not in problems:
+            errors.append(f"{where}: unknown problem id {v['problem_id']!r}")
+        elif not isinstance(v["completion"], str):
+            errors.append(f"{where}: completion must be a string, got {type(v['completion']).__name__}")
+        elif not v["completion"].strip():
+            errors.append(f"{where}: empty completion")
+        else:
+            todo.append((problems[v["problem_id"]], v["completion"]))
+    return todo
+
+
 def verify_files(
     problems_path: str | Path,
     completions_path: str | Path,
@@ -138,28 +167,7 @@ def verify_files(
     if not problems and report.errors:  # not a problems file at all: one line, not one per line
         more = f" (and {len(report.errors) - 1} more lines like it)" if len(report.errors) > 1 else ""
         raise UserError(f"no problem in {problems_path}: {report.errors[0]}{more}")
-    todo: list[tuple[Problem, str]] = []
-    for line in completion_lines:
-        where = f"{completions_path}:{line.lineno}"
-        v = line.value
-        if isinstance(v, dict) and "problem_id" not in v and "task_id" in v:
-            # the samples format of the HumanEval and MBPP harnesses: {"task_id", "completion"}
-            task_id = v["task_id"]
-            v = dict(v, problem_id=task_id if isinstance(task_id, str) else mbpp_problem_id(task_id))
-        if line.error:
-            report.errors.append(f"{where}: {line.error}")
-        elif not isinstance(v, dict) or "problem_id" not in v or "completion" not in v:
-            report.errors.append(f"{where}: expected an object with 'problem_id' and 'completion'")
-        elif v["problem_id"] not in problems:
-            report.errors.append(f"{where}: unknown problem id {v['problem_id']!r}")
-        elif not isinstance(v["completion"], str):
-            report.errors.append(
-                f"{where}: completion must be a string, got {type(v['completion']).__name__}"
-            )
-        elif not v["completion"].strip():
-            report.errors.append(f"{where}: empty completion")
-        else:
-            todo.append((problems[v["problem_id"]], v["completion"]))
+    todo = read_completions(completions_path, completion_lines, problems, report.errors)
     if not todo and not report.errors:
         raise UserError(f"{completions_path}: no completions")
     if timeout is not None:

@@ -26,15 +26,16 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from curriculum import Results, quiet  # noqa: E402
 
 from axiom_rl.cli import main as cli  # noqa: E402
 from axiom_rl.config import EvalConfig, SFTConfig, TrainConfig  # noqa: E402
 from axiom_rl.eval.evaluate import evaluate  # noqa: E402
-from axiom_rl.io import write_text_atomic  # noqa: E402
 from axiom_rl.quickstart import QuickstartConfig, sft_settings  # noqa: E402
 from axiom_rl.train.grpo import train  # noqa: E402
 from axiom_rl.train.sft import sft  # noqa: E402
@@ -46,23 +47,6 @@ ARMS = {
     "prm": {"rewards": "countdown:1.0,prm:0.5"},
     "prm_small": {"rewards": "countdown:1.0,prm:0.1"},  # the learned PRM with a fifth of the weight
 }
-
-
-def quiet(*_: Any, **__: Any) -> None:
-    pass
-
-
-class Results:
-    def __init__(self, out: Path) -> None:
-        self.path = out / "results.json"
-        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.exists() else {}
-
-    def get(self, key: str) -> Any:
-        return self.data.get(key)
-
-    def put(self, key: str, value: Any) -> None:
-        self.data[key] = value
-        write_text_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
 
 
 def held_out(model: Path, db: Path, run: str, seed: int, count: int) -> float:

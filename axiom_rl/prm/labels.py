@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..io import read_jsonl
-from ..tasks.countdown import analyse, solve
+from ..tasks.countdown import analyse, combine, solve
 from ..types import Problem
 from ..verify_files import checked_problem
 from .steps import EQUATION, MAX_STEPS, Step, countdown_steps, split_steps
@@ -85,11 +85,7 @@ def countdown_labels(problem: Problem, completion: str, steps: Sequence[Step] | 
         if good:
             assert m is not None
             a, op, b, c = Fraction(int(m[1])), m[2], Fraction(int(m[3])), Fraction(int(m[4]))
-            if op == "/":
-                value = a / b if b else None
-            else:
-                value = {"+": a + b, "-": a - b, "*": a * b}[op]
-            good = _take(pool, a) and _take(pool, b) and value == c
+            good = _take(pool, a) and _take(pool, b) and combine(a, op, b) == c
             if good:
                 pool[c] += 1
                 good = _reachable(+pool, target, memo)

@@ -120,21 +120,10 @@ def worked_steps(expression: str) -> list[str]:
     "(5 + 2) * 3" -> ["5+2=7", "7*3=21"]. For the reference solutions the generator writes, whose
     every operation has an integer value."""
     steps: list[str] = []
-
-    def value(node: ast.AST) -> Fraction:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return Fraction(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            left, right = value(node.left), value(node.right)
-            op = _OPS[type(node.op)]
-            result = (
-                left / right if op == "/" else {"+": left + right, "-": left - right, "*": left * right}[op]
-            )
-            steps.append(f"{_integer(left)}{op}{_integer(right)}={_integer(result)}")
-            return result
-        raise ValueError(f"not an arithmetic expression over integers: {expression!r}")
-
-    value(ast.parse(expression, mode="eval").body)
+    try:
+        _evaluate(ast.parse(expression, mode="eval").body, [], steps)
+    except (SyntaxError, _Parse) as e:
+        raise ValueError(f"not an arithmetic expression over integers: {expression!r} ({e})") from None
     return steps
 
 
@@ -165,22 +154,31 @@ class _Parse(Exception):
     pass
 
 
-def _evaluate(node: ast.AST, literals: list[int]) -> Fraction | None:
-    """Exact value of a whitelisted expression, None on division by zero anywhere in it."""
+def combine(a: Fraction, op: str, b: Fraction) -> Fraction | None:
+    """a op b, exactly; None for a division by zero."""
+    if op == "/":
+        return None if b == 0 else a / b
+    return {"+": a + b, "-": a - b, "*": a * b}[op]
+
+
+def _evaluate(node: ast.AST, literals: list[int], steps: list[str] | None = None) -> Fraction | None:
+    """Exact value of a whitelisted expression, None on division by zero anywhere in it. `steps`,
+    if given, gets each operation as an equation, innermost first (worked_steps)."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
         if node.value > MAX_LITERAL:
             raise _Parse("number too large")
         literals.append(node.value)
         return Fraction(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        left = _evaluate(node.left, literals)
-        right = _evaluate(node.right, literals)
+        left = _evaluate(node.left, literals, steps)
+        right = _evaluate(node.right, literals, steps)
         if left is None or right is None:
             return None
         op = _OPS[type(node.op)]
-        if op == "/":
-            return None if right == 0 else left / right
-        return {"+": left + right, "-": left - right, "*": left * right}[op]
+        value = combine(left, op, right)
+        if steps is not None and value is not None:
+            steps.append(f"{_integer(left)}{op}{_integer(right)}={_integer(value)}")
+        return value
     raise _Parse(f"{type(node).__name__} is not allowed (only integers, + - * / and parentheses)")
 
 

@@ -140,26 +140,24 @@ def plan_run(cfg: TrainConfig) -> Plan:
 
 
 def process_reward_specs(cfg: TrainConfig) -> Any:
-    """The reward specs, the process rewards given --prm and --prm-mode (checked here, before
-    anything is written: a PRM directory that is not one, --prm without the prm reward)."""
+    """The reward specs, the process rewards given --prm and --prm-mode, checked here before
+    anything is written: --prm without the prm reward, and each process reward made once (the prm
+    reward without --prm, a directory that is not a PRM, a bad mode)."""
     from ..prm.components import check_mode
-    from ..prm.model import check_prm_dir
+    from ..reward_stage import make_component
 
     specs = parse_reward_specs(cfg.rewards)
-    names = {s.name for s in specs or ()}
     check_mode(cfg.prm_mode)
-    if cfg.prm and "prm" not in names:
+    if cfg.prm and "prm" not in {s.name for s in specs or ()}:
         raise UserError(
             "--prm names a process reward model, but --rewards has no prm (e.g. countdown:1.0,prm:0.5)"
         )
-    if "prm" in names:
-        if not cfg.prm:
-            raise UserError(
-                "the prm reward needs a process reward model: --prm DIR (made by `axiom-rl prm train`)"
-            )
-        check_prm_dir(cfg.prm)
     params = {"prm": {"path": cfg.prm, "mode": cfg.prm_mode}, "oracle_steps": {"mode": cfg.prm_mode}}
-    return specs and [replace(s, params=params[s.name]) if s.name in params else s for s in specs]
+    specs = specs and [replace(s, params=params[s.name]) if s.name in params else s for s in specs]
+    for spec in specs or ():
+        if spec.name in params:
+            make_component(spec)  # checks only: a PRM loads when it first scores
+    return specs
 
 
 # The loss's options that `loss_params` may not set: each has a field of its own, or the trainer
