@@ -250,7 +250,8 @@ def problems_export(
     """Write problems as JSONL, a Hugging Face dataset or verl's parquet: COUNT per task and
     difficulty, deterministic for a seed, or a problems file's."""
     from .io import write_jsonl_atomic
-    from .tasks import CodeTask, get_task, iter_problems, parse_task_list, task_names
+    from .tasks import CodeTask, get_task, iter_problems, parse_task_list
+    from .tasks import all_tasks as every_task
     from .tasks.generate import parse_range
 
     if sum((bool(task_spec), all_tasks, problems_file is not None)) != 1:
@@ -283,7 +284,7 @@ def problems_export(
         problems = read_problems_file(problems_file)
         described = f"from {problems_file}"
     else:
-        names = task_names(generatable=True) if all_tasks else parse_task_list(task_spec or "")
+        names = every_task() if all_tasks else parse_task_list(task_spec or "")
         flag = "--difficulty" if difficulty is not None else "--difficulty-range"
         lo, hi = parse_range(difficulty or difficulty_range or "1", flag)
         bar, bar_task = rich_bar("generating", transient=True)  # 100,000 problems take half a minute
@@ -1274,6 +1275,42 @@ def prm_eval(prm_dir: str, labels_path: str, aggregate: str, out_path: str | Non
               f"oracle {r.oracle:.1%}")  # fmt: skip
     if out_path:
         write_text_atomic(out_path, json.dumps(figures, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------------- selfplay
+
+
+@cli.command(context_settings={"max_content_width": 110})
+@click.option("--model", default="tiny", show_default=True, help="The first round's model: tiny, a model directory or a hub name.")
+@click.option("--tiny-size", default="tiny", show_default=True, help="Size of the built-in model when --model tiny.")
+@click.option("--task", "-t", "tasks", default="is_palindrome,max_subarray", show_default=True,
+              help="Tasks, comma-separated; each code task brings its debug_<task>.")
+@click.option("--difficulty", "-d", default="1-3", show_default=True, help="A difficulty or an inclusive range.")
+@click.option("--rounds", type=int, default=3, show_default=True)
+@click.option("--steps-per-round", type=int, default=10, show_default=True, help="GRPO steps per round.")
+@click.option("--targeting", type=click.Choice(["weakness", "uniform"]), default="weakness", show_default=True,
+              help="weakness: the weakest cells and their debug problems; uniform: every cell alike (the control).")
+@click.option("--weak-cells", type=int, default=3, show_default=True, help="Cells a round targets.")
+@click.option("--keep", type=float, default=0.25, show_default=True, help="Share of a round's problems from every cell.")
+@click.option("--eval-count", type=int, default=4, show_default=True, help="Held-out problems per cell.")
+@click.option("--eval-samples", type=int, default=2, show_default=True, help="Samples per held-out problem.")
+@click.option("--prompts-per-step", type=int, default=4, show_default=True)
+@click.option("--num-generations", type=int, default=8, show_default=True)
+@click.option("--max-completion-length", type=int, default=256, show_default=True)
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="Of rollouts and held-out sampling.")
+@click.option("--lr", type=float, default=2e-5, show_default=True)
+@click.option("--beta", type=float, default=0.04, show_default=True, help="KL weight.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--out", default="runs/selfplay", show_default=True, help="The run's directory (a stopped run resumes there).")
+def selfplay(tasks: str, **options: Any) -> None:
+    """Self-play in rounds: evaluate, profile the weaknesses, train on targeted problems (debug
+    problems with injected bugs among them), repeat. Each round's report goes to
+    OUT/round-R/report.md, the plot across rounds to OUT/selfplay.png."""
+    from .selfplay import SelfPlayConfig, run_selfplay
+
+    cfg = SelfPlayConfig(tasks=[t for t in tasks.split(",") if t.strip()], **options)
+    state = run_selfplay(cfg, say=lambda message: err.print(one_line(message), markup=False, highlight=False))
+    out.print(f"{len(state['rounds'])} rounds done in {cfg.out} (plot: {cfg.out}/selfplay.png)")
 
 
 # ---------------------------------------------------------------------------------------- main

@@ -31,7 +31,7 @@ from .io import ensure_dir, hold_run_dir, holding, remove_if_abandoned
 from .report import accuracy_cells, goal_verdicts, write_report
 from .rewards import compute_reward
 from .sandbox import Sandbox
-from .tasks import generate_problems, get_task, task_names
+from .tasks import all_tasks, generate_problems, get_task
 from .verifier import verify_many
 
 DIFFICULTIES = (1, 5, 10)
@@ -336,7 +336,7 @@ def library_check(
     solution in the sandbox, print a table. True when all of them score reward 1.0."""
     problems = [
         p
-        for name in task_names(generatable=True)
+        for name in all_tasks()
         for d in DIFFICULTIES
         for p in generate_problems(name, d, count, seed=0)
     ]
@@ -351,7 +351,7 @@ def library_check(
         "task", "category", "problems", "tests", "reference reward", "status", box=None, pad_edge=False
     )
     all_ok = True
-    for name in task_names(generatable=True):
+    for name in all_tasks():
         rows = [(p, c, v) for p, c, v in zip(problems, completions, verdicts) if p.task == name]
         rewards = [compute_reward(p, c, v)[0] for p, c, v in rows]
         ok = all(r == 1.0 for r in rewards)
@@ -363,7 +363,7 @@ def library_check(
         )  # fmt: skip
     console.print(table)
     console.print(
-        f"{len(problems)} problems from {len(task_names(generatable=True))} tasks at difficulties "
+        f"{len(problems)} problems from {len(all_tasks())} tasks at difficulties "
         f"{', '.join(map(str, DIFFICULTIES))}: reference solutions verified in {elapsed:.1f}s "
         f"({len(problems) / elapsed:.0f}/s). Sandbox: {isolation}"
     )

@@ -29,7 +29,7 @@ from pathlib import Path
 from axiom_rl.integrations.remote import RemoteVerifier
 from axiom_rl.sandbox import Sandbox
 from axiom_rl.sandbox.pool import usable_cpus
-from axiom_rl.tasks import CodeTask, generate_problems, get_task, task_names
+from axiom_rl.tasks import CodeTask, all_tasks, generate_problems, get_task
 from axiom_rl.tasks.importers import import_file
 from axiom_rl.verifier import verify_many
 
@@ -38,7 +38,7 @@ HUMANEVAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "hu
 
 def workload(per_task: int) -> tuple[list, list[str]]:
     problems, completions = [], []
-    for name in task_names(generatable=True):
+    for name in all_tasks():
         task = get_task(name)
         if not isinstance(task, CodeTask):
             continue

@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from axiom_rl.sandbox import Sandbox  # noqa: E402
-from axiom_rl.tasks import CodeTask, generate_problems, get_task, task_names  # noqa: E402
+from axiom_rl.tasks import CodeTask, all_tasks, generate_problems, get_task  # noqa: E402
 from axiom_rl.types import Problem  # noqa: E402
 from axiom_rl.verifier import verify_many  # noqa: E402
 
@@ -260,7 +260,7 @@ def _mutations(problem: Problem, kind: str) -> str:
 
 def mixed_workload(n: int, seed: int = 0) -> list[tuple[Problem, str]]:
     rng = random.Random(seed)
-    names = [t for t in task_names(generatable=True) if isinstance(get_task(t), CodeTask)]
+    names = [t for t in all_tasks() if isinstance(get_task(t), CodeTask)]
     pool = [p for t in names for d in (1, 3, 5, 7, 10) for p in generate_problems(t, d, 2, seed=seed)]
     kinds = ["right"] * 50 + ["wrong"] * 25 + ["crash"] * 12 + ["syntax"] * 8 + ["loop"] * 5
     items = []

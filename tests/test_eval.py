@@ -27,7 +27,7 @@ from axiom_rl.eval.passk import mean_pass_at_k, pass_at_k
 from axiom_rl.eval.store import Attempt, ResultsDB
 from axiom_rl.io import write_jsonl_atomic
 from axiom_rl.models.tiny import build_tiny_model
-from axiom_rl.tasks import generate_problems, get_task, parse_task_list, task_names
+from axiom_rl.tasks import all_tasks, generate_problems, get_task, parse_task_list
 from axiom_rl.tasks.prompts import format_prompt
 from axiom_rl.train.sft import SFTStopped, sft
 
@@ -327,12 +327,12 @@ def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):
     assert "stored as run 'tiny-all-d1-greedy-s0'" in capsys.readouterr().err
     with ResultsDB(db) as store:
         tasks = {a["task"] for a in store.attempts(store.require_run("tiny-all-d1-greedy-s0"))}
-    assert tasks == set(task_names(generatable=True)) and len(tasks) == 27
+    assert tasks == set(all_tasks()) and len(tasks) == 27
     assert main(["sft", *args, "--steps", "1", "--batch-size", "4", "--output-dir", str(tmp_path / "s")]) == 0
     card = json.loads((tmp_path / "s/final_model/axiom_rl.json").read_text())
-    assert card["tasks"] == task_names(generatable=True)
+    assert card["tasks"] == all_tasks()
     # A YAML file says it as `tasks: all` (and the command line may too: --task all).
-    assert parse_task_list("all") == parse_task_list(["all"]) == task_names(generatable=True)
+    assert parse_task_list("all") == parse_task_list(["all"]) == all_tasks()
     yaml_file = tmp_path / "all.yaml"
     yaml_file.write_text("tasks: all\n")
     assert resolve_config(EvalConfig, str(yaml_file), {}, command="eval").tasks == ["all"]

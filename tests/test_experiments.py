@@ -162,3 +162,25 @@ def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
     assert (tmp_path / "results.json").stat().st_mtime_ns == stamp
     out = capsys.readouterr().out
     assert "| SFT base |" in out and "| oracle_steps |" in out and "step AUC" in out
+
+
+def test_the_selfplay_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
+    """experiments/selfplay.py end to end at a tiny size: the saboteur's yield, both arms of a
+    seed recorded, a second run resumes without training again, and the report prints them."""
+    spec = importlib.util.spec_from_file_location("selfplay_experiment", SCRIPT.parent / "selfplay.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    argv = ["run", "--seeds", "0", "--sft-steps", "2", "--rounds", "2", "--steps-per-round", "1", "--eval-count", "1",
+            "--yield-count", "1", "--out", str(tmp_path)]  # fmt: skip
+    module.main(argv)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {"yield", "s0/sft", "s0/weakness", "s0/uniform"} <= set(results)
+    weakness = results["s0/weakness"]
+    assert len(weakness["all cells"]) == 3 and len(weakness["targets"]) == 2 and weakness["targets"][0]
+    assert all(0 < row["tried"] and 0 <= row["kept"] <= row["tried"] for row in results["yield"])
+    stamp = (tmp_path / "results.json").stat().st_mtime_ns
+    module.main(argv)  # everything is there: nothing runs again
+    assert (tmp_path / "results.json").stat().st_mtime_ns == stamp
+    out = capsys.readouterr().out
+    assert "| s0 | weakness |" in out and "| s0 | uniform |" in out and "kept / tried" in out

@@ -11,11 +11,11 @@ from functools import lru_cache
 import pytest
 
 from axiom_rl.errors import UserError
-from axiom_rl.tasks import CodeTask, generate_problems, get_task, split_of, task_names
+from axiom_rl.tasks import CodeTask, all_tasks, generate_problems, get_task, split_of
 from axiom_rl.tasks.checkers import CHECKERS, run_checker
 from axiom_rl.types import Problem
 
-GENERATED = task_names(generatable=True)
+GENERATED = all_tasks()
 CODE_TASKS = [n for n in GENERATED if isinstance(get_task(n), CodeTask)]
 
 

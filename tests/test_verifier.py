@@ -10,7 +10,7 @@ from conftest import HUMANEVAL, MBPP, needs_shared_data
 
 from axiom_rl import verifier
 from axiom_rl.sandbox import Sandbox
-from axiom_rl.tasks import generate_problems, get_task, task_names
+from axiom_rl.tasks import all_tasks, generate_problems, get_task
 from axiom_rl.tasks.importers import import_humaneval, import_mbpp, mbpp_entry_point
 from axiom_rl.types import NO_CODE, PASSED, WRONG_ANSWER
 from axiom_rl.verifier import PendingVerdicts, build_program, extract_code, has_fenced_function, verify_many
@@ -90,7 +90,7 @@ def test_format_detection():
 def test_every_reference_verifies_with_full_reward(sandbox, difficulty):
     from axiom_rl.rewards import compute_reward
 
-    problems = [p for n in task_names(generatable=True) for p in generate_problems(n, difficulty, 2, seed=1)]
+    problems = [p for n in all_tasks() for p in generate_problems(n, difficulty, 2, seed=1)]
     completions = [get_task(p.task).reference_completion(p) for p in problems]
     verdicts = verify_many(problems, completions, sandbox)
     for p, c, v in zip(problems, completions, verdicts):

@@ -23,7 +23,7 @@ from ..models.load import check_load_options, check_model_spec, load_for_inferen
 from ..rewards import compute_reward
 from ..rollout import generate_verified, get_backend, truncation_warning
 from ..sandbox import Sandbox, pool_size
-from ..tasks import generate_problems, get_task, task_names
+from ..tasks import all_tasks, generate_problems, get_task
 from ..tasks.prompts import format_prompt
 from ..terminal import one_line
 from ..train.plan import (
@@ -94,7 +94,7 @@ def default_run_name(cfg: EvalConfig) -> str:
     if cfg.problems_file:
         stem = Path(Path(cfg.problems_file).name.removesuffix(".gz")).stem  # he.jsonl(.gz) -> he
         return f"{model}-{stem}-{mode}-s{cfg.seed}"
-    every = cfg.tasks == ["all"] or sorted(cfg.tasks) == sorted(task_names(generatable=True))  # --all
+    every = cfg.tasks == ["all"] or sorted(cfg.tasks) == sorted(all_tasks())  # --all
     return f"{model}-{'all' if every else '+'.join(cfg.tasks)}-d{cfg.difficulty}-{mode}-s{cfg.seed}"
 
 

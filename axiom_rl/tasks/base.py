@@ -50,9 +50,18 @@ class Task:
     default_reward: ClassVar[str] = "code_execution"
     # Whether scoring runs the completion as code (then training and evaluation start a sandbox).
     runs_code: ClassVar[bool] = False
+    # The task whose problems this one's are made from (debug_lcs: lcs), or None. Such a task is
+    # left out of "all", and shares its base task's train/eval split.
+    derived_from: ClassVar[str | None] = None
 
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
         raise NotImplementedError(f"task {self.name!r} has no generator (its problems are imported)")
+
+    def split_name(self) -> str:
+        """The name whose hash space splits this task's problems into train and eval: its own,
+        or its base task's for a derived task, so that a problem made from an eval-split problem
+        is in eval too."""
+        return self.derived_from or self.name
 
     def render(self, problem: Problem, style: str = "full") -> str:
         """The prompt shown to the model (the user turn when a chat template is used)."""

@@ -35,7 +35,7 @@ def split_of(task: Task, problem: Problem) -> str:
 
 
 def split_of_key(task: Task, key: str) -> str:
-    digest = hashlib.sha256(f"{task.name}\0{key}".encode()).digest()
+    digest = hashlib.sha256(f"{task.split_name()}\0{key}".encode()).digest()
     return "eval" if int.from_bytes(digest[:8], "big") % 100 < EVAL_PERCENT else "train"
 
 

@@ -20,17 +20,35 @@ def register_task(cls: T) -> T:
     return cls
 
 
-def task_names(generatable: bool | None = None) -> list[str]:
-    """Sorted task names; `generatable=True` keeps only tasks with a problem generator."""
-    return sorted(n for n, c in TASKS.items() if generatable is None or c.generatable == generatable)
+def task_names(generatable: bool | None = None, derived: bool = True) -> list[str]:
+    """Sorted task names; `generatable=True` keeps only tasks with a problem generator, and
+    `derived=False` leaves out tasks made from another's problems (debug_<task>)."""
+    return sorted(
+        n for n, c in TASKS.items()
+        if (generatable is None or c.generatable == generatable) and (derived or c.derived_from is None)
+    )  # fmt: skip
+
+
+def all_tasks() -> list[str]:
+    """What "all" means (--all, `tasks: all`): every generated task that is not derived from another."""
+    return task_names(generatable=True, derived=False)
 
 
 def get_task(name: str, **options: Any) -> Task:
     try:
         cls = TASKS[name]
     except KeyError:
-        raise UserError(f"unknown task {name!r}; choose from: {', '.join(task_names())}") from None
+        raise UserError(unknown_task(name)) from None
     return cls(**options) if options else cls()
+
+
+def unknown_task(name: str) -> str:
+    base = name.removeprefix("debug_")
+    if base != name and base in TASKS:  # a debug task asked of a task with no reference function
+        debug = [n for n in task_names() if TASKS[n].derived_from]
+        return (f"task {base!r} has no reference function to inject bugs into, so there is no {name}; "
+                f"debug tasks exist for the code tasks: {', '.join(debug)}")  # fmt: skip
+    return f"unknown task {name!r}; choose from: {', '.join(task_names())}"
 
 
 def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: bool = True) -> list[str]:
@@ -41,7 +59,7 @@ def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: boo
     if not names:
         raise UserError("no task given")
     if names == ["all"]:
-        return task_names(generatable=True)
+        return all_tasks()
     allowed = task_names(generatable=True if generatable else None)
     for n in names:
         if n in TASKS and n not in allowed:  # an imported benchmark, asked for where problems are generated
@@ -50,5 +68,5 @@ def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: boo
                 f"--out {n}.jsonl), then pass that file (eval --problems-file {n}.jsonl, or verify)"
             )
         if n not in allowed:
-            raise UserError(f"unknown task {n!r}; choose from: {', '.join(allowed)}")
+            raise UserError(unknown_task(n) if n not in TASKS else f"unknown task {n!r}; choose from: {', '.join(allowed)}")
     return list(dict.fromkeys(names))
