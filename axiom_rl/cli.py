@@ -131,13 +131,20 @@ def problems_list() -> None:
     from .tasks import TASKS
 
     table = Table("task", "category", "difficulty", "description", box=None, pad_edge=False)
+    derived = sorted(n for n, c in TASKS.items() if c.derived_from)
     for name in sorted(TASKS, key=lambda n: (not TASKS[n].generatable, TASKS[n].category, n)):
         cls = TASKS[name]
+        if cls.derived_from:  # one row for them all, after the tasks they are made from
+            continue
         diff = f"{cls.min_difficulty}-{cls.max_difficulty}" if cls.generatable else "imported"
         table.add_row(name, cls.category, diff, cls.description)
+    if derived:
+        table.add_row("debug_<task>", "debug", "as <task>", f"Repair a code task's function: 1 injected bug, 2 from "
+                      f"difficulty 6 ({len(derived)} tasks).")  # fmt: skip
     out.print(table)
-    gen = sum(1 for c in TASKS.values() if c.generatable)
-    out.print(f"\n{gen} generated tasks, {len(TASKS) - gen} imported benchmarks")
+    gen = sum(1 for c in TASKS.values() if c.generatable and not c.derived_from)
+    out.print(f"\n{gen} generated tasks (and {len(derived)} debug tasks made from them), "
+              f"{len(TASKS) - gen - len(derived)} imported benchmarks")  # fmt: skip
 
 
 @problems.command("show")
