@@ -1288,27 +1288,56 @@ def prm_eval(prm_dir: str, labels_path: str, aggregate: str, out_path: str | Non
 
 
 @cli.command(context_settings={"max_content_width": 110})
-@click.option("--model", default="tiny", show_default=True, help="The first round's model: tiny, a model directory or a hub name.")
-@click.option("--tiny-size", default="tiny", show_default=True, help="Size of the built-in model when --model tiny.")
-@click.option("--task", "-t", "tasks", default="is_palindrome,max_subarray", show_default=True,
-              help="Tasks, comma-separated; each code task brings its debug_<task>.")
-@click.option("--difficulty", "-d", default="1-3", show_default=True, help="A difficulty or an inclusive range.")
+@click.option(
+    "--model",
+    default="tiny",
+    show_default=True,
+    help="The first round's model: tiny, a model directory or a hub name.",
+)
+@click.option(
+    "--tiny-size", default="tiny", show_default=True, help="Size of the built-in model when --model tiny."
+)
+@click.option(
+    "--task",
+    "-t",
+    "tasks",
+    default="is_palindrome,max_subarray",
+    show_default=True,
+    help="Tasks, comma-separated; each code task brings its debug_<task>.",
+)
+@click.option(
+    "--difficulty", "-d", default="1-3", show_default=True, help="A difficulty or an inclusive range."
+)
 @click.option("--rounds", type=int, default=3, show_default=True)
 @click.option("--steps-per-round", type=int, default=10, show_default=True, help="GRPO steps per round.")
-@click.option("--targeting", type=click.Choice(["weakness", "uniform"]), default="weakness", show_default=True,
-              help="weakness: the weakest cells and their debug problems; uniform: every cell alike (the control).")
+@click.option(
+    "--targeting",
+    type=click.Choice(["weakness", "uniform"]),
+    default="weakness",
+    show_default=True,
+    help="weakness: the weakest cells and their debug problems; uniform: every cell alike (the control).",
+)
 @click.option("--weak-cells", type=int, default=3, show_default=True, help="Cells a round targets.")
-@click.option("--keep", type=float, default=0.25, show_default=True, help="Share of a round's problems from every cell.")
+@click.option(
+    "--keep", type=float, default=0.25, show_default=True, help="Share of a round's problems from every cell."
+)
 @click.option("--eval-count", type=int, default=4, show_default=True, help="Held-out problems per cell.")
 @click.option("--eval-samples", type=int, default=2, show_default=True, help="Samples per held-out problem.")
 @click.option("--prompts-per-step", type=int, default=4, show_default=True)
 @click.option("--num-generations", type=int, default=8, show_default=True)
 @click.option("--max-completion-length", type=int, default=256, show_default=True)
-@click.option("--temperature", type=float, default=1.0, show_default=True, help="Of rollouts and held-out sampling.")
+@click.option(
+    "--temperature", type=float, default=1.0, show_default=True, help="Of rollouts and held-out sampling."
+)
 @click.option("--lr", type=float, default=2e-5, show_default=True)
 @click.option("--beta", type=float, default=0.04, show_default=True, help="KL weight.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--out", default="runs/selfplay", show_default=True, help="The run's directory (a stopped run resumes there).")
+@click.option(
+    "--out",
+    default="runs/selfplay",
+    show_default=True,
+    help="The run's directory (a stopped run resumes there).",
+)
 def selfplay(tasks: str, **options: Any) -> None:
     """Self-play in rounds: evaluate, profile the weaknesses, train on targeted problems (debug
     problems with injected bugs among them), repeat. Each round's report goes to

@@ -335,10 +335,7 @@ def library_check(
     """Generate `count` problems per task at difficulties 1, 5 and 10, verify every reference
     solution in the sandbox, print a table. True when all of them score reward 1.0."""
     problems = [
-        p
-        for name in all_tasks()
-        for d in DIFFICULTIES
-        for p in generate_problems(name, d, count, seed=0)
+        p for name in all_tasks() for d in DIFFICULTIES for p in generate_problems(name, d, count, seed=0)
     ]
     start = time.perf_counter()
     completions = [get_task(p.task).reference_completion(p, "full") for p in problems]

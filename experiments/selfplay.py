@@ -142,7 +142,9 @@ def report(out: Path) -> str:
     lines += ["", "| arm | seeds | round 1's targets, pts | elsewhere, pts | debug tasks round 1 → 3, pts |",
               "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for arm in ARMS:
-        lines.append(f"| {arm} | {len(gains[arm])} | {mean_spread(gains[arm])} | {mean_spread(rest[arm])} | {mean_spread(debug[arm])} |")
+        lines.append(
+            f"| {arm} | {len(gains[arm])} | {mean_spread(gains[arm])} | {mean_spread(rest[arm])} | {mean_spread(debug[arm])} |"
+        )
     if "yield" in results:
         lines += ["", "| task | operator | kept / tried |", "| --- | --- | ---: |"]
         for row in results["yield"]:
@@ -150,7 +152,9 @@ def report(out: Path) -> str:
     return "\n".join(lines)
 
 
-def _on_cells(out: Path, seed: str, arm: str, cells: list[list[Any]], complement: bool = False) -> list[float]:
+def _on_cells(
+    out: Path, seed: str, arm: str, cells: list[list[Any]], complement: bool = False
+) -> list[float]:
     """An arm's held-out accuracy (before round 1, after each round) on these cells (or the others)."""
     import json
 
@@ -173,7 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps-per-round", type=int, default=15)
     parser.add_argument("--eval-count", type=int, default=6, help="held-out problems per cell")
     parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--yield-count", type=int, default=5, help="problems per task and difficulty for the saboteur's yield")
+    parser.add_argument(
+        "--yield-count", type=int, default=5, help="problems per task and difficulty for the saboteur's yield"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/selfplay-experiment"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

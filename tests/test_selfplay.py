@@ -29,7 +29,7 @@ from axiom_rl.tasks.debug.saboteur import (
 )
 from axiom_rl.types import Problem, TestCase
 
-HAND_WRITTEN = '''
+HAND_WRITTEN = """
 def smallest_gap(values, floor):
     if len(values) < 2:
         return 0
@@ -41,7 +41,7 @@ def smallest_gap(values, floor):
             best = min(best, gap)
         total += gap
     return best
-'''
+"""
 
 
 def by_operator(operator: str) -> list[str]:
@@ -97,7 +97,9 @@ def test_the_subtle_bug_filter_keeps_a_bug_and_rejects_broken_and_equivalent_mut
     assert screen(problem, HAND_WRITTEN, sandbox).ok
     broken = HAND_WRITTEN.replace("return best", "return best + 1").replace("return 0", "return 1")
     assert rejection(screen(problem, broken, sandbox)) == REJECTED_BROKEN  # fails every test
-    looping = HAND_WRITTEN.replace("    if len(values) < 2:", "    while True:\n        pass\n    if len(values) < 2:")
+    looping = HAND_WRITTEN.replace(
+        "    if len(values) < 2:", "    while True:\n        pass\n    if len(values) < 2:"
+    )
     assert rejection(screen(problem, looping, sandbox)) == REJECTED_BROKEN
     same = HAND_WRITTEN.replace("best = min(best, gap)", "best = gap if gap < best else best")
     assert rejection(screen(problem, same, sandbox)) == REJECTED_EQUIVALENT
@@ -142,7 +144,9 @@ def test_debug_problems_show_a_failing_test_and_are_verified_by_the_hidden_tests
         wrong = task.score(p, f"```python\n{buggy}```", sandbox)
         assert not wrong.ok and 0 < wrong.passed < wrong.total
         # In the split of the problem it was made from: no eval problem's tests reach training.
-        made_from = Problem(id="", task="edit_distance", difficulty=6, prompt=p.metadata["base_prompt"], tests=p.tests)
+        made_from = Problem(
+            id="", task="edit_distance", difficulty=6, prompt=p.metadata["base_prompt"], tests=p.tests
+        )
         assert split_of(base, made_from) == split_of(task, p) == "eval"
 
 
@@ -151,7 +155,9 @@ def test_problems_export_of_a_debug_task_and_its_errors(tmp_path, capsys):
     assert main(["problems", "export", "--task", "debug_edit_distance", "--difficulty", "1-2", "--count", "2",
                  "--out", str(out)]) == 0  # fmt: skip
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["task"] for r in rows] == ["debug_edit_distance"] * 4 and all(r["metadata"]["buggy_code"] for r in rows)
+    assert [r["task"] for r in rows] == ["debug_edit_distance"] * 4 and all(
+        r["metadata"]["buggy_code"] for r in rows
+    )
     assert main(["problems", "export", "--task", "debug_countdown", "--out", str(tmp_path / "no.jsonl")]) == 2
     assert "no reference function to inject bugs into" in capsys.readouterr().err
     assert not (tmp_path / "no.jsonl").exists()
@@ -186,7 +192,9 @@ def test_selfplay_killed_mid_round_resumes_with_nothing_lost_or_repeated(tmp_pat
     out = tmp_path / "run"
     command = [sys.executable, "-m", "axiom_rl", "selfplay", *SMALL, "--rounds", "2", "--steps-per-round", "4",
                "--out", str(out)]  # fmt: skip
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    child = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     checkpoint = out / "round-2" / "train" / "checkpoints"
     deadline = time.monotonic() + 240
     while not (checkpoint.exists() and any(checkpoint.iterdir())) and child.poll() is None:
@@ -203,16 +211,27 @@ def test_selfplay_killed_mid_round_resumes_with_nothing_lost_or_repeated(tmp_pat
     state = json.loads((out / "selfplay.json").read_text())
     assert [r["round"] for r in state["rounds"]] == [1, 2]
     assert (out / "round-1" / "report.md").read_bytes() == round_one  # not redone
-    steps = [json.loads(line)["step"] for line in (out / "round-2" / "train" / "metrics.jsonl").read_text().splitlines()]
+    steps = [
+        json.loads(line)["step"]
+        for line in (out / "round-2" / "train" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert steps == [1, 2, 3, 4]  # no step lost, none repeated
     import sqlite3
 
     with sqlite3.connect(out / "results.db") as db:
-        runs = dict(db.execute("SELECT r.name, COUNT(*) FROM attempts a JOIN runs r ON a.run_id = r.id GROUP BY r.name"))
-        unique = db.execute("SELECT COUNT(*) FROM (SELECT DISTINCT run_id, problem_id, sample FROM attempts)").fetchone()[0]
+        runs = dict(
+            db.execute(
+                "SELECT r.name, COUNT(*) FROM attempts a JOIN runs r ON a.run_id = r.id GROUP BY r.name"
+            )
+        )
+        unique = db.execute(
+            "SELECT COUNT(*) FROM (SELECT DISTINCT run_id, problem_id, sample FROM attempts)"
+        ).fetchone()[0]
     assert set(runs) == {"round-1-before", "round-1-after", "round-2-after"}
     assert len(set(runs.values())) == 1 and unique == sum(runs.values())  # every evaluation whole, none twice
-    assert (out / "selfplay.png").stat().st_size > 0 and "| targeted |" in (out / "round-2" / "report.md").read_text()
+    assert (out / "selfplay.png").stat().st_size > 0 and "| targeted |" in (
+        out / "round-2" / "report.md"
+    ).read_text()
     # A finished run asked again does nothing; more rounds go on from it; other settings are refused.
     assert main(["selfplay", *SMALL, "--rounds", "2", "--steps-per-round", "4", "--out", str(out)]) == 0
     assert main(["selfplay", *SMALL, "--rounds", "2", "--steps-per-round", "5", "--out", str(out)]) == 2

@@ -47,14 +47,22 @@ def write_round_report(directory: Path, result: Any) -> None:
     for name, keep in groups(data).items():
         b, a = mean_rate(data["before"], keep), mean_rate(data["after"], keep)
         lines.append(f"| {name} | {b:.1%} | {a:.1%} | {100 * (a - b):+.1f} pts |")
-    lines += ["", "| task | difficulty | targeted | before | after | attempts |", "| --- | ---: | :---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        "| task | difficulty | targeted | before | after | attempts |",
+        "| --- | ---: | :---: | ---: | ---: | ---: |",
+    ]
     for key in sorted(set(before) | set(after)):
         b, a = before.get(key, {}), after.get(key, {})
         lines.append(
             f"| {key[0]} | {key[1]} | {'yes' if key in targets else ''} | "
             f"{b.get('pass_rate', float('nan')):.1%} | {a.get('pass_rate', float('nan')):.1%} | {a.get('attempts', 0)} |"
         )
-    lines += ["", "Problems trained on: " + ", ".join(f"{k} {v}" for k, v in sorted(data["problems"].items())), ""]
+    lines += [
+        "",
+        "Problems trained on: " + ", ".join(f"{k} {v}" for k, v in sorted(data["problems"].items())),
+        "",
+    ]
     write_text_atomic(directory / "report.md", "\n".join(lines))
 
 

@@ -182,7 +182,9 @@ def weakest(cells: Sequence[Cell], n: int) -> list[Cell]:
     return sorted(cells, key=lambda c: (c.pass_rate, c.difficulty, c.task))[:n]
 
 
-def targeted_problems(cfg: SelfPlayConfig, r: int, profile: Sequence[Cell]) -> tuple[list[Problem], list[tuple[str, int]]]:
+def targeted_problems(
+    cfg: SelfPlayConfig, r: int, profile: Sequence[Cell]
+) -> tuple[list[Problem], list[tuple[str, int]]]:
     """Round r's training problems (steps x prompts of them, fresh train-split problems each round)
     and the cells it targets."""
     total = cfg.steps_per_round * cfg.prompts_per_step
@@ -211,7 +213,9 @@ def targeted_problems(cfg: SelfPlayConfig, r: int, profile: Sequence[Cell]) -> t
     problems: list[Problem] = []
     for (task, difficulty), count in wanted.items():
         if count:  # round r's slice of the cell's train sequence: no problem is trained on twice
-            problems += generate_problems(task, difficulty, count, seed=cfg.seed, split="train", start=(r - 1) * total)
+            problems += generate_problems(
+                task, difficulty, count, seed=cfg.seed, split="train", start=(r - 1) * total
+            )
     rng.shuffle(problems)
     return problems, targets
 
@@ -264,7 +268,9 @@ def run_selfplay(cfg: SelfPlayConfig, say: Callable[[str], None] = print) -> dic
         directory.mkdir(exist_ok=True)
         seconds: dict[str, float] = {}
         start = time.perf_counter()
-        before = held_out(cfg, model_entering(cfg, r), f"round-{r}-before" if r == 1 else f"round-{r - 1}-after", say)
+        before = held_out(
+            cfg, model_entering(cfg, r), f"round-{r}-before" if r == 1 else f"round-{r - 1}-after", say
+        )
         seconds["evaluate_before"] = time.perf_counter() - start
         problems, targets = targeted_problems(cfg, r, before)  # the same on a resume: all seeded
         problems_file = directory / "problems.jsonl"

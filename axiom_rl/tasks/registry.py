@@ -68,5 +68,9 @@ def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: boo
                 f"--out {n}.jsonl), then pass that file (eval --problems-file {n}.jsonl, or verify)"
             )
         if n not in allowed:
-            raise UserError(unknown_task(n) if n not in TASKS else f"unknown task {n!r}; choose from: {', '.join(allowed)}")
+            raise UserError(
+                unknown_task(n)
+                if n not in TASKS
+                else f"unknown task {n!r}; choose from: {', '.join(allowed)}"
+            )
     return list(dict.fromkeys(names))
