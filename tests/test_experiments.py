@@ -16,13 +16,18 @@ from axiom_rl.tasks import generate_problems
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "curriculum.py"
 
 
-@pytest.fixture(scope="module")
-def curriculum():
-    spec = importlib.util.spec_from_file_location("curriculum_experiment", SCRIPT)
+def experiment(name: str):
+    """experiments/NAME.py, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(f"{name}_experiment", SCRIPT.parent / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def curriculum():
+    return experiment("curriculum")
 
 
 def test_held_out_accuracy_splits_by_what_the_base_failed(curriculum, tmp_path: Path):
@@ -112,10 +117,7 @@ def test_the_code_configuration_measures_each_task(curriculum, tmp_path: Path, c
 
 @pytest.mark.slow
 def test_the_or_debug_experiment_runs_and_reports(tmp_path: Path, capsys):
-    spec = importlib.util.spec_from_file_location("or_debug_experiment", SCRIPT.parent / "or_debug.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = experiment("or_debug")
     module.main(
         [
             "run",
@@ -144,10 +146,7 @@ def test_the_or_debug_experiment_runs_and_reports(tmp_path: Path, capsys):
 def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
     """experiments/prm.py end to end at a tiny size: every part recorded, a second run resumes
     without training again, and the report prints the PRM's figures and each arm."""
-    spec = importlib.util.spec_from_file_location("prm_experiment", SCRIPT.parent / "prm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = experiment("prm")
     argv = ["run", "--seeds", "0", "--minutes", "0.05", "--sft-steps", "40", "--train-count", "8", "--eval-count", "3",
             "--prm-steps", "2", "--out", str(tmp_path)]  # fmt: skip
     module.main(argv)
@@ -167,10 +166,7 @@ def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
 def test_the_selfplay_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
     """experiments/selfplay.py end to end at a tiny size: the saboteur's yield, both arms of a
     seed recorded, a second run resumes without training again, and the report prints them."""
-    spec = importlib.util.spec_from_file_location("selfplay_experiment", SCRIPT.parent / "selfplay.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = experiment("selfplay")
     argv = ["run", "--seeds", "0", "--sft-steps", "2", "--rounds", "2", "--steps-per-round", "1", "--eval-count", "1",
             "--yield-count", "1", "--out", str(tmp_path)]  # fmt: skip
     module.main(argv)

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,8 +39,9 @@ from ..errors import UserError
 from ..eval.failures import Cell, weakness_profile
 from ..io import write_jsonl_atomic, write_text_atomic
 from ..tasks import CodeTask, generate_problems, get_task, parse_task_list
-from ..tasks.generate import parse_range
+from ..tasks.generate import check_difficulty, parse_range
 from ..types import Problem
+from ..verify_files import read_problems_file
 
 TARGETINGS = ("weakness", "uniform")
 STATE = "selfplay.json"
@@ -110,14 +112,10 @@ def check_config(cfg: SelfPlayConfig) -> None:
             f"give the base tasks ({', '.join(get_task(n).derived_from or '' for n in derived)}), "
             f"not {', '.join(derived)}: a code task brings its debug task with it"
         )
+    low, high = parse_range(cfg.difficulty)
     for name in names:
-        task = get_task(name)
-        low, high = parse_range(cfg.difficulty)
-        if low < task.min_difficulty or high > task.max_difficulty:
-            raise UserError(
-                f"difficulty {cfg.difficulty} is out of range for task {name!r} "
-                f"(allowed: {task.min_difficulty}-{task.max_difficulty})"
-            )
+        for difficulty in (low, high):
+            check_difficulty(get_task(name), difficulty)
 
 
 def _settings(cfg: SelfPlayConfig) -> dict[str, Any]:
@@ -182,29 +180,28 @@ def weakest(cells: Sequence[Cell], n: int) -> list[Cell]:
     return sorted(cells, key=lambda c: (c.pass_rate, c.difficulty, c.task))[:n]
 
 
-def targeted_problems(
-    cfg: SelfPlayConfig, r: int, profile: Sequence[Cell]
-) -> tuple[list[Problem], list[tuple[str, int]]]:
-    """Round r's training problems (steps x prompts of them, fresh train-split problems each round)
-    and the cells it targets."""
+def round_targets(cfg: SelfPlayConfig, profile: Sequence[Cell]) -> list[tuple[str, int]]:
+    """The cells a round targets: none for uniform targeting; else the weakest cells, each code
+    task's with its debug task at the same difficulty."""
+    if cfg.targeting == "uniform":
+        return []
+    targets: list[tuple[str, int]] = []
+    for cell in weakest(profile, cfg.weak_cells):
+        targets.append((cell.task, cell.difficulty))
+        if f"debug_{cell.task}" in cfg.cell_tasks:  # a weak code task's bugs
+            targets.append((f"debug_{cell.task}", cell.difficulty))
+    return list(dict.fromkeys(targets))
+
+
+def round_problems(cfg: SelfPlayConfig, r: int, targets: Sequence[tuple[str, int]]) -> list[Problem]:
+    """Round r's training problems, steps x prompts of them: the targets in turn, and the --keep
+    share (all of them without targets) drawn from every cell; fresh train-split problems each round."""
     total = cfg.steps_per_round * cfg.prompts_per_step
     every = [(t, d) for t in cfg.cell_tasks for d in cfg.levels]
-    if cfg.targeting == "uniform":
-        targets: list[tuple[str, int]] = []
-        wanted = {cell: 0 for cell in every}
-        share = total
-    else:
-        targets = []
-        for cell in weakest(profile, cfg.weak_cells):
-            targets.append((cell.task, cell.difficulty))
-            debug = f"debug_{cell.task}"
-            if debug in cfg.cell_tasks:  # a weak code task's bugs, at the same difficulty
-                targets.append((debug, cell.difficulty))
-        targets = list(dict.fromkeys(targets))
-        wanted = {cell: 0 for cell in targets}
-        share = round(total * (1.0 - cfg.keep))
+    pool = list(targets) or every
+    share = round(total * (1.0 - cfg.keep)) if targets else total
+    wanted = {cell: 0 for cell in pool}
     rng = random.Random(f"axiom-rl/selfplay/s{cfg.seed}/round{r}")
-    pool = list(wanted)
     for i in range(share):
         wanted[pool[i % len(pool)]] += 1
     for _ in range(total - share):
@@ -217,7 +214,7 @@ def targeted_problems(
                 task, difficulty, count, seed=cfg.seed, split="train", start=(r - 1) * total
             )
     rng.shuffle(problems)
-    return problems, targets
+    return problems
 
 
 def train_round(cfg: SelfPlayConfig, r: int, problems_file: Path, say: Callable[[str], None]) -> Path:
@@ -272,9 +269,12 @@ def run_selfplay(cfg: SelfPlayConfig, say: Callable[[str], None] = print) -> dic
             cfg, model_entering(cfg, r), f"round-{r}-before" if r == 1 else f"round-{r - 1}-after", say
         )
         seconds["evaluate_before"] = time.perf_counter() - start
-        problems, targets = targeted_problems(cfg, r, before)  # the same on a resume: all seeded
+        targets = round_targets(cfg, before)
         problems_file = directory / "problems.jsonl"
-        if not problems_file.exists():
+        if problems_file.exists():  # a resumed round: its problems as they were made (all seeded)
+            problems = read_problems_file(str(problems_file))
+        else:
+            problems = round_problems(cfg, r, targets)
             write_jsonl_atomic(problems_file, [p.to_dict() for p in problems])
         say(f"round {r}: {len(problems)} problems, targeting "
             + (", ".join(f"{t} d{d}" for t, d in targets) if targets else "every cell alike"))  # fmt: skip
@@ -284,9 +284,7 @@ def run_selfplay(cfg: SelfPlayConfig, say: Callable[[str], None] = print) -> dic
         start = time.perf_counter()
         after = held_out(cfg, str(trained), f"round-{r}-after", say)
         seconds["evaluate_after"] = time.perf_counter() - start
-        counts: dict[str, int] = {}
-        for p in problems:
-            counts[p.task] = counts.get(p.task, 0) + 1
+        counts = dict(Counter(p.task for p in problems))
         result = RoundResult(r, cfg.targeting, targets, [c.to_dict() for c in before], [c.to_dict() for c in after],
                              seconds, counts)  # fmt: skip
         write_round_report(directory, result)

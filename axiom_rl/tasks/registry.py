@@ -42,13 +42,15 @@ def get_task(name: str, **options: Any) -> Task:
     return cls(**options) if options else cls()
 
 
-def unknown_task(name: str) -> str:
+def unknown_task(name: str, choices: list[str] | None = None) -> str:
+    """Why `name` is no task: a debug task of a task without a reference function, or a name
+    not among `choices` (default: every task)."""
     base = name.removeprefix("debug_")
     if base != name and base in TASKS:  # a debug task asked of a task with no reference function
         debug = [n for n in task_names() if TASKS[n].derived_from]
         return (f"task {base!r} has no reference function to inject bugs into, so there is no {name}; "
                 f"debug tasks exist for the code tasks: {', '.join(debug)}")  # fmt: skip
-    return f"unknown task {name!r}; choose from: {', '.join(task_names())}"
+    return f"unknown task {name!r}; choose from: {', '.join(task_names() if choices is None else choices)}"
 
 
 def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: bool = True) -> list[str]:
@@ -68,9 +70,5 @@ def parse_task_list(spec: str | list[str] | tuple[str, ...], *, generatable: boo
                 f"--out {n}.jsonl), then pass that file (eval --problems-file {n}.jsonl, or verify)"
             )
         if n not in allowed:
-            raise UserError(
-                unknown_task(n)
-                if n not in TASKS
-                else f"unknown task {n!r}; choose from: {', '.join(allowed)}"
-            )
+            raise UserError(unknown_task(n, allowed))
     return list(dict.fromkeys(names))

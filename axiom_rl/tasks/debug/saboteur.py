@@ -35,10 +35,6 @@ class Bug:
     edits: tuple[Mutant, ...]
     verdict: Verdict
 
-    @property
-    def operators(self) -> tuple[str, ...]:
-        return tuple(m.operator for m in self.edits)
-
     def first_failure(self) -> int:
         """The index of the first hidden test it fails."""
         return next(i for i, t in enumerate(self.verdict.tests) if not t.passed)

@@ -109,9 +109,7 @@ class DebugTask(Task):
             raise ValueError(f"debug problem {problem.id} has no hidden tests or no entry point")
 
     def score(self, problem: Problem, completion: str, sandbox: Any = None, limits: Any = None) -> Verdict:
-        from ...verifier import score_code
-
-        return score_code(problem, completion, sandbox=sandbox, limits=limits or self.default_limits)
+        return self.base_task.score(problem, completion, sandbox, limits)  # the base problem's tests
 
 
 def register_debug_tasks() -> None:
