@@ -1349,6 +1349,50 @@ def selfplay(tasks: str, **options: Any) -> None:
     out.print(f"{len(state['rounds'])} rounds done in {cfg.out} (plot: {cfg.out}/selfplay.png)")
 
 
+# ----------------------------------------------------------------------------------- experiment
+
+
+def _seed_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in value.replace(",", " ").split()]
+    except ValueError:
+        raise click.BadParameter(f"seeds are integers, comma-separated: got {value!r}") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise click.BadParameter(f"give distinct seeds >= 0, comma-separated: got {value!r}")
+    return seeds
+
+
+@cli.command(context_settings={"max_content_width": 110})
+@click.argument(
+    "name", metavar="NAME", type=click.Choice(["loop-validation", "hard-problems", "token-budget-sweep"])
+)
+@click.option("--seeds", default="0", show_default=True, callback=_seed_list, help="Comma-separated.")
+@click.option(
+    "--out", default=None, help="The run directory (a stopped run resumes there).  [default: runs/NAME]"
+)
+@click.option(
+    "--scale",
+    type=click.Choice(["cpu", "gpu"]),
+    default="cpu",
+    show_default=True,
+    help="cpu: the built-in model; gpu: a hub model (--model).",
+)
+@click.option("--model", default=None, help="The gpu scale's model: a hub name or a local directory.")
+@click.option("--smoke", is_flag=True, help="A few steps and problems: checks every stage, measures nothing.")
+def experiment(name: str, seeds: list[int], out: str | None, **options: Any) -> int:
+    """The original experiments as recipes: loop-validation (every stage of the GRPO loop
+    checked), hard-problems (GRPO on tasks SFT left out, with the forgetting check, the
+    distillation arm and the more-SFT control), token-budget-sweep (GRPO, Dr. GRPO and the hybrid
+    at three completion budgets on Countdown). Prints the tables and writes OUT/report.md."""
+    from .recipes import RecipeOptions, run_recipe
+
+    opts = RecipeOptions(seeds=seeds, out=Path(out or f"runs/{name}"), **options)
+    tables, ok = run_recipe(name, opts, say=lambda m: err.print(one_line(m), markup=False, highlight=False))
+    click.echo(tables)
+    click.echo(f"\nreport: {opts.out / 'report.md'}")
+    return 0 if ok else 1
+
+
 # ---------------------------------------------------------------------------------------- main
 
 

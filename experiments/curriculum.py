@@ -44,8 +44,9 @@ from axiom_rl.config import EvalConfig, SFTConfig, TrainConfig  # noqa: E402
 from axiom_rl.eval.evaluate import evaluate  # noqa: E402
 from axiom_rl.eval.failures import failed_problems  # noqa: E402
 from axiom_rl.eval.store import ResultsDB  # noqa: E402
-from axiom_rl.io import write_jsonl_atomic, write_text_atomic  # noqa: E402
+from axiom_rl.io import write_jsonl_atomic  # noqa: E402
 from axiom_rl.quickstart import MAX_TOKENS, QuickstartConfig, sft_settings  # noqa: E402
+from axiom_rl.recipes.common import Results  # noqa: E402
 from axiom_rl.train.checkpoint import checkpoints  # noqa: E402
 from axiom_rl.train.grpo import train  # noqa: E402
 from axiom_rl.train.sft import sft  # noqa: E402
@@ -105,28 +106,6 @@ CODE = Setup(
 
 def quiet(message: str) -> None:
     pass
-
-
-class Results:
-    """OUT/results.json: one entry per (experiment, seed, arm), written after each arm."""
-
-    def __init__(self, out: Path) -> None:
-        self.path = out / "results.json"
-        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.exists() else {}
-
-    def get(self, key: str) -> Any:
-        return self.data.get(key)
-
-    def put(self, key: str, value: Any) -> None:
-        """Under a lock, the file as it is now with this entry: two experiments writing to one
-        OUT keep each other's entries."""
-        import fcntl
-
-        with open(self.path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self.data = json.loads(self.path.read_text()) if self.path.exists() else {}
-            self.data[key] = value
-            write_text_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
 
 
 def sft_base(out: Path, seed: int, results: Results, steps: int, setup: Setup = COUNTDOWN) -> Path:

@@ -18,7 +18,8 @@ mode is f(per_token_loss, mask, **params) -> scalar; `mask` is 1 on completion t
     bnpo     sum over tokens / tokens in this micro-batch (TRL's "bnpo"): dapo normalised
              locally; equal to dapo when there is one micro-batch.
     hybrid   alpha * dr_grpo + (1 - alpha) * grpo, alpha = min(1, max_tokens / 512) by default,
-             max_tokens being the longest completion *in this batch* (the original experiments' proposal).
+             max_tokens being the longest completion *in this batch* (the original experiments' proposal;
+             `hybrid_reference_tokens` replaces the 512 for budgets of another scale).
              While completions are short, dr_grpo's constant normaliser (the budget) would make
              steps tiny -- the collapse the original experiments saw at a 1024-token budget -- so the batch leans
              on grpo; once completions grow long, it becomes dr_grpo, free of length bias.
@@ -37,6 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from ..errors import UserError
 
 Aggregation = Callable[..., torch.Tensor]
 AGGREGATIONS: dict[str, Aggregation] = {}
@@ -99,12 +102,20 @@ def local_token_mean(
     return masked_mean(per_token_loss, mask) * share
 
 
-def default_hybrid_alpha(mask: torch.Tensor, longest_completion: float | None = None) -> float:
-    """min(1, longest completion in the batch / 512): `longest_completion` where given (the whole
-    batch's, over its micro-batches), else the longest row of `mask`."""
+def default_hybrid_alpha(
+    mask: torch.Tensor,
+    longest_completion: float | None = None,
+    reference_tokens: float = HYBRID_REFERENCE_TOKENS,
+) -> float:
+    """min(1, longest completion in the batch / reference_tokens): `longest_completion` where
+    given (the whole batch's, over its micro-batches), else the longest row of `mask`. The
+    reference (512 in the original experiments, whose budgets were 256-1024 tokens) scales with
+    the budgets: a run whose answers are 20 tokens long passes its own."""
+    if reference_tokens <= 0:
+        raise UserError(f"hybrid_reference_tokens must be > 0, got {reference_tokens}")
     if longest_completion is None:
         longest_completion = float(mask.sum(-1).max()) if mask.numel() else 0.0
-    return min(1.0, float(longest_completion) / HYBRID_REFERENCE_TOKENS)
+    return min(1.0, float(longest_completion) / reference_tokens)
 
 
 @register_aggregation("hybrid")
@@ -115,8 +126,12 @@ def hybrid(
     hybrid_alpha: float | None = None,
     num_sequences: int | None = None,
     longest_completion: float | None = None,
+    hybrid_reference_tokens: float = HYBRID_REFERENCE_TOKENS,
     **_: Any,
 ) -> torch.Tensor:
-    alpha = default_hybrid_alpha(mask, longest_completion) if hybrid_alpha is None else hybrid_alpha
+    if hybrid_alpha is None:
+        alpha = default_hybrid_alpha(mask, longest_completion, hybrid_reference_tokens)
+    else:
+        alpha = hybrid_alpha
     dr = constant_normalised(per_token_loss, mask, max_completion_length, num_sequences)
     return alpha * dr + (1 - alpha) * sequence_mean(per_token_loss, mask, num_sequences)

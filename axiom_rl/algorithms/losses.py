@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from .aggregate import AGGREGATIONS, SPLIT_FREE, masked_mean
+from .aggregate import AGGREGATIONS, HYBRID_REFERENCE_TOKENS, SPLIT_FREE, masked_mean
 from .kl import KL_ESTIMATORS
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -118,6 +118,7 @@ def clipped_surrogate_loss(
     num_items: float | torch.Tensor | None = None,
     num_sequences: int | None = None,
     hybrid_alpha: float | None = None,
+    hybrid_reference_tokens: float = HYBRID_REFERENCE_TOKENS,
     longest_completion: float | None = None,
     logits: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -166,6 +167,7 @@ def clipped_surrogate_loss(
         num_items=num_items,
         num_sequences=num_sequences,
         hybrid_alpha=hybrid_alpha,
+        hybrid_reference_tokens=hybrid_reference_tokens,
         longest_completion=longest_completion,
     )
 

@@ -1,0 +1,203 @@
+"""`axiom-rl experiment hard-problems`: GRPO on tasks the model was never taught (the original
+experiments' "GRPO training on hard problems": a model that wrote LCS but not edit distance
+learned edit distance from partial-credit execution rewards; coin change did not move).
+
+Per seed:
+    base            SFT on the reference solutions of SFT_TASKS (LCS among them; edit distance and
+                    coin change left out), evaluated on every task
+    grpo            GRPO on edit distance and coin change with the partial-credit reward (1 when
+                    every test passes, else 0.5 x the share passed), evaluated on every task: the
+                    targets' change, and the forgetting on the SFT'd tasks
+    distill         the teacher-distillation arm the original proposes: the base SFT'd a little on
+                    coin change's reference solutions (beside SFT_TASKS', so it keeps them), then
+                    the same GRPO
+    distill-more-sft  the control: the distilled model SFT'd on the same data for the wall time
+                    the distillation arm's GRPO took
+
+Held-out accuracy: eval-split problems of difficulty 3, sampled at the training temperature.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    RecipeOptions,
+    Results,
+    Say,
+    evaluated_attempts,
+    grpo_model,
+    markdown_table,
+    mean_spread,
+    once,
+    sft_model,
+    success_by,
+    training_signal,
+    write_report,
+)
+
+SFT_TASKS = ("lcs", "knapsack_01", "house_robber", "max_subarray")
+TARGETS = ("edit_distance", "coin_change")
+DISTILLED = "coin_change"
+
+
+@dataclass(frozen=True)
+class Scale:
+    model: str
+    model_settings: dict[str, Any]  # of the first SFT (size, LoRA, dtype)
+    sft_steps: int
+    sft_lr: float
+    distill_steps: int
+    grpo_steps: int
+    prompts: int
+    generations: int
+    max_tokens: int
+    temperature: float
+    eval_count: int  # held-out problems per task
+    eval_samples: int
+
+
+SCALES = {
+    # From docs/results.md's code configuration: 150 SFT steps teach the built-in model four
+    # programs; sampled at 0.6 about half pass, at 1.0 none (GRPO's groups would be all zeros).
+    "cpu": Scale("tiny", {"tiny_size": "micro"}, sft_steps=150, sft_lr=2e-3, distill_steps=30, grpo_steps=40,
+                 prompts=4, generations=8, max_tokens=340, temperature=0.6, eval_count=8, eval_samples=4),
+    "gpu": Scale("Qwen/Qwen2.5-Coder-0.5B-Instruct", {"finetune": "lora", "merge": True}, sft_steps=100,
+                 sft_lr=1e-4, distill_steps=30, grpo_steps=40, prompts=4, generations=8, max_tokens=512,
+                 temperature=0.6, eval_count=25, eval_samples=4),
+}  # fmt: skip
+
+
+def scale_of(opts: RecipeOptions) -> Scale:
+    scale = SCALES[opts.scale]
+    if opts.smoke:
+        scale = replace(scale, sft_steps=3, distill_steps=2, grpo_steps=2, prompts=2, generations=2,
+                        max_tokens=48, eval_count=1, eval_samples=1)  # fmt: skip
+    return replace(scale, model=opts.model) if opts.model else scale
+
+
+def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None:
+    s = scale_of(opts)
+    out, db = opts.out, opts.out / "results.db"
+    every_task = [*SFT_TASKS, *TARGETS]
+
+    def held_out(model: Path, arm: str) -> dict[str, Any]:
+        attempts = evaluated_attempts(db, f"s{seed}-{arm}", {
+            "model": str(model), "tasks": every_task, "difficulty": "3", "count": s.eval_count,
+            "samples": s.eval_samples, "temperature": s.temperature, "seed": seed,
+            "max_completion_length": s.max_tokens, "batch_size": 64})  # fmt: skip
+        example = next((a["completion"] for a in attempts if a["task"] == "edit_distance"), "")
+        return {"accuracy": success_by(attempts), "edit_distance_example": example[:600]}
+
+    def sft(directory: Path, start: str, tasks: list[str], steps: int, lr: float, **extra: Any) -> Path:
+        settings = {"model": start, "tasks": tasks, "difficulty": "1-5", "steps": steps, "batch_size": 16,
+                    "lr": lr, "warmup_steps": min(20, steps // 2), "seed": seed, **extra}  # fmt: skip
+        return sft_model(directory, settings)
+
+    def grpo(directory: Path, start: Path) -> dict[str, Any]:
+        begun = time.perf_counter()
+        result = grpo_model(directory, {
+            "model": str(start), "tasks": list(TARGETS), "difficulty": "1-5", "steps": s.grpo_steps,
+            "prompts_per_step": s.prompts, "num_generations": s.generations, "max_completion_length": s.max_tokens,
+            "temperature": s.temperature, "lr": 2e-5, "lr_schedule": "cosine", "beta": 0.04, "seed": seed,
+            "save_every": 0, "keep_checkpoints": 0,
+            **({"finetune": "lora"} if opts.scale == "gpu" else {})})  # fmt: skip
+        return {"wall_s": time.perf_counter() - begun, **training_signal(result.metrics)}
+
+    key = f"s{seed}"
+    base = out / key / "sft"
+    once(results, f"{key}/sft", lambda: (
+        sft(base, s.model, list(SFT_TASKS), s.sft_steps, s.sft_lr, lr_schedule="cosine", **s.model_settings),
+        {"steps": s.sft_steps})[1], say)  # fmt: skip
+    base_model = base / "final_model"
+    once(results, f"{key}/base", lambda: held_out(base_model, "base"), say)
+    training = once(results, f"{key}/grpo/train", lambda: grpo(out / key / "grpo", base_model), say)
+    once(results, f"{key}/grpo", lambda: held_out(out / key / "grpo" / "final_model", "grpo"), say)
+
+    distill_tasks = [DISTILLED, *SFT_TASKS]
+    distilled = sft(out / key / "distill-sft", str(base_model), distill_tasks, s.distill_steps, s.sft_lr / 4)
+    once(results, f"{key}/distill-sft", lambda: held_out(distilled, "distill-sft"), say)
+    training = once(results, f"{key}/distill/train", lambda: grpo(out / key / "distill", distilled), say)
+    once(results, f"{key}/distill", lambda: held_out(out / key / "distill" / "final_model", "distill"), say)
+    # The control: the distilled model SFT'd for the wall time GRPO took from it (steps: a cap).
+    control = out / key / "distill-more-sft"
+    sft(control, str(distilled), distill_tasks, 100_000, s.sft_lr / 4, lr_schedule="constant",
+        max_seconds=training["wall_s"])  # fmt: skip
+    once(
+        results, f"{key}/distill-more-sft", lambda: held_out(control / "final_model", "distill-more-sft"), say
+    )
+
+
+ARMS = {
+    "base": "after SFT",
+    "grpo": "+ GRPO",
+    "distill-sft": f"+ SFT on {DISTILLED}",
+    "distill": f"+ SFT on {DISTILLED} + GRPO",
+    "distill-more-sft": f"+ SFT on {DISTILLED} + more SFT (GRPO's time)",
+}
+
+
+def tables(results: Results, seeds: list[int]) -> list[str]:
+    def rates(arm: str, task: str) -> list[float]:
+        return [results.get(f"s{s}/{arm}")["accuracy"].get(task) for s in seeds if results.get(f"s{s}/{arm}")]
+
+    rows = [[task, "yes" if task in SFT_TASKS else "no", *(mean_spread(rates(arm, task)) for arm in ARMS)]
+            for task in [*TARGETS, *SFT_TASKS]]  # fmt: skip
+    per_task = markdown_table(["task", "SFT'd", *ARMS.values()], rows)
+
+    def forgetting(arm: str) -> list[float]:
+        return [statistics.mean(results.get(f"s{s}/{arm}")["accuracy"][t] - results.get(f"s{s}/base")["accuracy"][t]
+                                for t in SFT_TASKS) for s in seeds]  # fmt: skip
+
+    signal = markdown_table(
+        ["GRPO arm", "wall time", "steps", "mean reward", "flat groups", "training accuracy, first tenth",
+         "last tenth"],
+        [[arm, mean_spread([results.get(f"s{s}/{arm}/train")["wall_s"] for s in seeds], 1, " s"),
+          results.get(f"s{seeds[0]}/{arm}/train")["steps"],
+          mean_spread([results.get(f"s{s}/{arm}/train")["reward_mean"] for s in seeds], 1, ""),
+          mean_spread([results.get(f"s{s}/{arm}/train")["zero_std_frac"] for s in seeds]),
+          mean_spread([results.get(f"s{s}/{arm}/train")["accuracy_first"] for s in seeds]),
+          mean_spread([results.get(f"s{s}/{arm}/train")["accuracy_last"] for s in seeds])]
+         for arm in ("grpo", "distill")],
+    )  # fmt: skip
+    edit = rates("base", "edit_distance"), rates("grpo", "edit_distance")
+    goal = markdown_table(
+        ["goal", "measured", "met"],
+        [["edit_distance <= 10% after SFT", mean_spread(edit[0]), _yes(all(v <= 0.10 for v in edit[0]))],
+         ["edit_distance >= 50% after GRPO, every seed", mean_spread(edit[1]), _yes(all(v >= 0.5 for v in edit[1]))],
+         ["forgetting on the SFT'd tasks <= 3 pts (GRPO)", mean_spread(forgetting("grpo"), unit=" pts"),
+          _yes(all(v >= -0.03 for v in forgetting("grpo")))],
+         ["forgetting, distillation + GRPO", mean_spread(forgetting("distill"), unit=" pts"),
+          _yes(all(v >= -0.03 for v in forgetting("distill")))]],
+    )  # fmt: skip
+    n = len(seeds)
+    return [
+        f"## Held-out accuracy per task (difficulty 3, {n} seed{'s' * (n > 1)}: mean ± sd)\n\n{per_task}",
+        f"## What GRPO had to learn from\n\n{signal}",
+        f"## The goals\n\n{goal}",
+    ]
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+def run(opts: RecipeOptions, say: Say) -> tuple[str, bool]:
+    results = Results(opts.out)
+    for seed in opts.seeds:
+        run_seed(opts, seed, results, say)
+    sections = tables(results, opts.seeds)
+    examples = "\n\n".join(
+        f"Seed {s}, after GRPO:\n\n```text\n"
+        + results.get(f"s{s}/grpo")["edit_distance_example"].replace("`", "'")
+        + "\n```"
+        for s in opts.seeds
+    )
+    write_report(
+        opts.out, "GRPO on hard problems", [*sections, f"## What it writes for edit distance\n\n{examples}"]
+    )
+    return "\n\n".join(sections), True
