@@ -161,3 +161,21 @@ def test_a_results_file_that_is_not_one_is_refused_and_kept(tmp_path: Path, caps
     file = tmp_path / "file"
     file.write_text("x")
     assert main(["experiment", "loop-validation", "--out", str(file)]) == 2
+
+
+def test_a_grpo_run_stopped_by_a_signal_is_an_interruption_not_a_result(tmp_path: Path):
+    """Ctrl-C or SIGTERM makes the trainer finish its step and return; the recipe must not record
+    that as the arm's result (its resume would then evaluate a final model that is not there)."""
+    import os
+    import signal
+
+    from axiom_rl.recipes.common import grpo_model
+
+    def interrupt(step: int, total: int, row: dict) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    settings = {"model": "tiny", "tiny_size": "micro", "tasks": ["countdown"], "steps": 3, "prompts_per_step": 2,
+                "num_generations": 2, "max_completion_length": 8, "save_every": 0}  # fmt: skip
+    with pytest.raises(KeyboardInterrupt, match="stopped at step 1"):
+        grpo_model(tmp_path / "run", settings, progress=interrupt)
+    assert not (tmp_path / "run" / "final_model").exists()

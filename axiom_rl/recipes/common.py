@@ -109,12 +109,16 @@ def sft_model(directory: Path, settings: dict[str, Any]) -> Path:
 
 def grpo_model(directory: Path, settings: dict[str, Any], progress: Any = None, say: Say = quiet) -> Any:
     """A GRPO run from scratch into `directory` (a stopped run's remains are removed): its
-    TrainResult."""
+    TrainResult. A run stopped by a signal (Ctrl-C, SIGTERM) before its final model is an
+    interruption, not a result: the recipe stops, and runs this arm again when resumed."""
     from ..config import TrainConfig
     from ..train.grpo import train
 
     shutil.rmtree(directory, ignore_errors=True)
-    return train(TrainConfig(**settings, output_dir=str(directory)), progress=progress, say=say)
+    result = train(TrainConfig(**settings, output_dir=str(directory)), progress=progress, say=say)
+    if not (directory / "final_model").is_dir():
+        raise KeyboardInterrupt(f"{directory} stopped at step {result.steps}")
+    return result
 
 
 def evaluated_attempts(db: Path, run: str, settings: dict[str, Any]) -> list[dict[str, Any]]:
