@@ -10,7 +10,7 @@ Per seed:
                     targets' change, and the forgetting on the SFT'd tasks
     distill         the teacher-distillation arm the original proposes: the base SFT'd a little on
                     coin change's reference solutions (beside SFT_TASKS', so it keeps them), then
-                    the same GRPO
+                    GRPO on coin change alone
     distill-more-sft  the control: the distilled model SFT'd on the same data for the wall time
                     the distillation arm's GRPO took
 
@@ -64,10 +64,10 @@ class Scale:
 SCALES = {
     # From docs/results.md's code configuration: 150 SFT steps teach the built-in model four
     # programs; sampled at 0.6 about half pass, at 1.0 none (GRPO's groups would be all zeros).
-    "cpu": Scale("tiny", {"tiny_size": "micro"}, sft_steps=150, sft_lr=2e-3, distill_steps=30, grpo_steps=40,
+    "cpu": Scale("tiny", {"tiny_size": "micro"}, sft_steps=150, sft_lr=2e-3, distill_steps=60, grpo_steps=40,
                  prompts=4, generations=8, max_tokens=340, temperature=0.6, eval_count=8, eval_samples=4),
     "gpu": Scale("Qwen/Qwen2.5-Coder-0.5B-Instruct", {"finetune": "lora", "merge": True}, sft_steps=100,
-                 sft_lr=1e-4, distill_steps=30, grpo_steps=40, prompts=4, generations=8, max_tokens=512,
+                 sft_lr=1e-4, distill_steps=60, grpo_steps=40, prompts=4, generations=8, max_tokens=512,
                  temperature=0.6, eval_count=25, eval_samples=4),
 }  # fmt: skip
 
@@ -98,10 +98,10 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
                     "lr": lr, "warmup_steps": min(20, steps // 2), "seed": seed, **extra}  # fmt: skip
         return sft_model(directory, settings)
 
-    def grpo(directory: Path, start: Path) -> dict[str, Any]:
+    def grpo(directory: Path, start: Path, tasks: list[str]) -> dict[str, Any]:
         begun = time.perf_counter()
         result = grpo_model(directory, {
-            "model": str(start), "tasks": list(TARGETS), "difficulty": "1-5", "steps": s.grpo_steps,
+            "model": str(start), "tasks": tasks, "difficulty": "1-5", "steps": s.grpo_steps,
             "prompts_per_step": s.prompts, "num_generations": s.generations, "max_completion_length": s.max_tokens,
             "temperature": s.temperature, "lr": 2e-5, "lr_schedule": "cosine", "beta": 0.04, "seed": seed,
             "save_every": 0, "keep_checkpoints": 0,
@@ -115,17 +115,21 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
         {"steps": s.sft_steps})[1], say)  # fmt: skip
     base_model = base / "final_model"
     once(results, f"{key}/base", lambda: held_out(base_model, "base"), say)
-    training = once(results, f"{key}/grpo/train", lambda: grpo(out / key / "grpo", base_model), say)
+    training = once(
+        results, f"{key}/grpo/train", lambda: grpo(out / key / "grpo", base_model, list(TARGETS)), say
+    )
     once(results, f"{key}/grpo", lambda: held_out(out / key / "grpo" / "final_model", "grpo"), say)
 
     distill_tasks = [DISTILLED, *SFT_TASKS]
-    distilled = sft(out / key / "distill-sft", str(base_model), distill_tasks, s.distill_steps, s.sft_lr / 4)
+    distilled = sft(out / key / "distill-sft", str(base_model), distill_tasks, s.distill_steps, s.sft_lr / 2)
     once(results, f"{key}/distill-sft", lambda: held_out(distilled, "distill-sft"), say)
-    training = once(results, f"{key}/distill/train", lambda: grpo(out / key / "distill", distilled), say)
+    training = once(
+        results, f"{key}/distill/train", lambda: grpo(out / key / "distill", distilled, [DISTILLED]), say
+    )
     once(results, f"{key}/distill", lambda: held_out(out / key / "distill" / "final_model", "distill"), say)
     # The control: the distilled model SFT'd for the wall time GRPO took from it (steps: a cap).
     control = out / key / "distill-more-sft"
-    sft(control, str(distilled), distill_tasks, 100_000, s.sft_lr / 4, lr_schedule="constant",
+    sft(control, str(distilled), distill_tasks, 100_000, s.sft_lr / 10, lr_schedule="constant",
         max_seconds=training["wall_s"])  # fmt: skip
     once(
         results, f"{key}/distill-more-sft", lambda: held_out(control / "final_model", "distill-more-sft"), say
