@@ -161,14 +161,14 @@ def training_signal(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def mean_spread(values: Sequence[float], scale: float = 100.0, unit: str = "%") -> str:
+def mean_spread(values: Sequence[float], scale: float = 100.0, unit: str = "%", digits: int = 1) -> str:
     """'mean ± sd' over seeds (the sd of one value is not printed)."""
     values = [v * scale for v in values if v is not None and not math.isnan(v)]
     if not values:
         return "-"
     if len(values) == 1:
-        return f"{values[0]:.1f}{unit}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}{unit}"
+        return f"{values[0]:.{digits}f}{unit}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}{unit}"
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -162,7 +162,7 @@ def tables(results: Results, seeds: list[int]) -> list[str]:
          "last tenth"],
         [[arm, mean_spread([results.get(f"s{s}/{arm}/train")["wall_s"] for s in seeds], 1, " s"),
           results.get(f"s{seeds[0]}/{arm}/train")["steps"],
-          mean_spread([results.get(f"s{s}/{arm}/train")["reward_mean"] for s in seeds], 1, ""),
+          mean_spread([results.get(f"s{s}/{arm}/train")["reward_mean"] for s in seeds], 1, "", 2),
           mean_spread([results.get(f"s{s}/{arm}/train")["zero_std_frac"] for s in seeds]),
           mean_spread([results.get(f"s{s}/{arm}/train")["accuracy_first"] for s in seeds]),
           mean_spread([results.get(f"s{s}/{arm}/train")["accuracy_last"] for s in seeds])]

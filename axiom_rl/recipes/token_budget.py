@@ -167,7 +167,7 @@ def tables(results: Results, seeds: list[int], scale: Scale) -> list[str]:
         ["run", "wall time", "mean reward", "flat groups", "training accuracy, first tenth", "last tenth",
          "mean completion length (training)"],
         [[name, mean_spread([results.get(f"s{s}/{name}")["wall_s"] for s in seeds], 1, " s"),
-          mean_spread([results.get(f"s{s}/{name}")["train"]["reward_mean"] for s in seeds], 1, ""),
+          mean_spread([results.get(f"s{s}/{name}")["train"]["reward_mean"] for s in seeds], 1, "", 2),
           mean_spread([results.get(f"s{s}/{name}")["train"]["zero_std_frac"] for s in seeds]),
           mean_spread([results.get(f"s{s}/{name}")["train"]["accuracy_first"] for s in seeds]),
           mean_spread([results.get(f"s{s}/{name}")["train"]["accuracy_last"] for s in seeds]),
