@@ -154,6 +154,7 @@ def tables(results: Results, seeds: list[int]) -> list[str]:
     per_task = markdown_table(["task", "SFT'd", *ARMS.values()], rows)
 
     def forgetting(arm: str) -> list[float]:
+        """Per seed, the mean change over the SFT'd tasks from the base (negative: forgotten)."""
         return [statistics.mean(results.get(f"s{s}/{arm}")["accuracy"][t] - results.get(f"s{s}/base")["accuracy"][t]
                                 for t in SFT_TASKS) for s in seeds]  # fmt: skip
 
@@ -169,13 +170,19 @@ def tables(results: Results, seeds: list[int]) -> list[str]:
          for arm in ("grpo", "distill")],
     )  # fmt: skip
     edit = rates("base", "edit_distance"), rates("grpo", "edit_distance")
+    # The original's phenomenon on the distilled task: at most 10% before GRPO, at least 50% after.
+    before, after = rates("distill-sft", DISTILLED), rates("distill", DISTILLED)
+    seen = [f"seed {s}: {b:.1%} -> {a:.1%}" for s, b, a in zip(seeds, before, after, strict=True)
+            if b <= 0.10 and a >= 0.5]  # fmt: skip
     goal = markdown_table(
         ["goal", "measured", "met"],
         [["edit_distance <= 10% after SFT", mean_spread(edit[0]), _yes(all(v <= 0.10 for v in edit[0]))],
          ["edit_distance >= 50% after GRPO, every seed", mean_spread(edit[1]), _yes(all(v >= 0.5 for v in edit[1]))],
-         ["forgetting on the SFT'd tasks <= 3 pts (GRPO)", mean_spread(forgetting("grpo"), unit=" pts"),
+         [f"{DISTILLED} <= 10% after distillation and >= 50% after GRPO, every seed",
+          f"{len(seen)} of {len(seeds)} seeds" + (f" ({'; '.join(seen)})" if seen else ""), _yes(len(seen) == len(seeds))],
+         ["change on the SFT'd tasks >= -3 pts (GRPO)", mean_spread(forgetting("grpo"), unit=" pts"),
           _yes(all(v >= -0.03 for v in forgetting("grpo")))],
-         ["forgetting, distillation + GRPO", mean_spread(forgetting("distill"), unit=" pts"),
+         ["change on the SFT'd tasks >= -3 pts (distillation + GRPO)", mean_spread(forgetting("distill"), unit=" pts"),
           _yes(all(v >= -0.03 for v in forgetting("distill")))]],
     )  # fmt: skip
     n = len(seeds)
