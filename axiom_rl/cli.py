@@ -22,6 +22,7 @@ from rich.table import Column, Table
 
 from .config import EvalConfig, SFTConfig, TrainConfig
 from .errors import UserError, positive
+from .recipes import RECIPES
 from .terminal import cell, one_line, printable
 
 
@@ -1363,9 +1364,7 @@ def _seed_list(ctx: click.Context, param: click.Parameter, value: str) -> list[i
 
 
 @cli.command(context_settings={"max_content_width": 110})
-@click.argument(
-    "name", metavar="NAME", type=click.Choice(["loop-validation", "hard-problems", "token-budget-sweep"])
-)
+@click.argument("name", metavar="NAME", type=click.Choice(list(RECIPES)))
 @click.option("--seeds", default="0", show_default=True, callback=_seed_list, help="Comma-separated.")
 @click.option(
     "--out", default=None, help="The run directory (a stopped run resumes there).  [default: runs/NAME]"
@@ -1384,7 +1383,8 @@ def experiment(name: str, seeds: list[int], out: str | None, **options: Any) -> 
     checked), hard-problems (GRPO on tasks SFT left out, with the forgetting check, the
     distillation arm and the more-SFT control), token-budget-sweep (GRPO, Dr. GRPO and the hybrid
     at three completion budgets on Countdown). Prints the tables and writes OUT/report.md."""
-    from .recipes import RecipeOptions, run_recipe
+    from .recipes import run_recipe
+    from .recipes.common import RecipeOptions
 
     opts = RecipeOptions(seeds=seeds, out=Path(out or f"runs/{name}"), **options)
     tables, ok = run_recipe(name, opts, say=lambda m: err.print(one_line(m), markup=False, highlight=False))

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from .common import RecipeOptions, Say
+
+if TYPE_CHECKING:  # the command line reads RECIPES at start-up: the recipes load when one runs
+    from .common import RecipeOptions, Say
 
 RECIPES = {
     "loop-validation": "loop_validation",
@@ -35,4 +38,4 @@ def run_recipe(name: str, opts: RecipeOptions, say: Say) -> tuple[str, bool]:
     return runner(opts, say)
 
 
-__all__ = ["RECIPES", "RecipeOptions", "run_recipe"]
+__all__ = ["RECIPES", "run_recipe"]

@@ -116,28 +116,23 @@ def grpo_model(directory: Path, settings: dict[str, Any], progress: Any = None, 
 
     shutil.rmtree(directory, ignore_errors=True)
     result = train(TrainConfig(**settings, output_dir=str(directory)), progress=progress, say=say)
-    if not (directory / "final_model").is_dir():
+    if result.stopped_early:  # the trainer wrote a checkpoint, not a final model
         raise KeyboardInterrupt(f"{directory} stopped at step {result.steps}")
     return result
 
 
-def evaluated_attempts(db: Path, run: str, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """Evaluate (or finish evaluating) into `db` under `run`; every attempt of the run."""
+def evaluated_attempts(
+    db: Path, run: str, settings: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Evaluate (or finish evaluating) into `db` under `run`: its summary per task and
+    difficulty (eval.evaluate.summarize's rows), and every attempt of the run."""
     from ..config import EvalConfig
     from ..eval.evaluate import evaluate
     from ..eval.store import ResultsDB
 
-    evaluate(EvalConfig(**settings, db=str(db), run_name=run), say=quiet)
+    _, summary = evaluate(EvalConfig(**settings, db=str(db), run_name=run), say=quiet)
     with ResultsDB(str(db)) as store:
-        return store.attempts(store.require_run(run))
-
-
-def success_by(attempts: Iterable[dict[str, Any]], key: str = "task") -> dict[str, float]:
-    """The share of passed attempts per value of `key`."""
-    passed: dict[str, list[bool]] = {}
-    for a in attempts:
-        passed.setdefault(str(a[key]), []).append(a["status"] == "passed")
-    return {k: sum(v) / len(v) for k, v in sorted(passed.items())}
+        return summary, store.attempts(store.require_run(run))
 
 
 def training_signal(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:

@@ -35,7 +35,6 @@ from .common import (
     mean_spread,
     once,
     sft_model,
-    success_by,
     training_signal,
     write_report,
 )
@@ -86,12 +85,14 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
     every_task = [*SFT_TASKS, *TARGETS]
 
     def held_out(model: Path, arm: str) -> dict[str, Any]:
-        attempts = evaluated_attempts(db, f"s{seed}-{arm}", {
+        summary, attempts = evaluated_attempts(db, f"s{seed}-{arm}", {
             "model": str(model), "tasks": every_task, "difficulty": "3", "count": s.eval_count,
             "samples": s.eval_samples, "temperature": s.temperature, "seed": seed,
             "max_completion_length": s.max_tokens, "batch_size": 64})  # fmt: skip
         example = next((a["completion"] for a in attempts if a["task"] == "edit_distance"), "")
-        return {"accuracy": success_by(attempts), "edit_distance_example": example[:600]}
+        # One difficulty: a summary row per task.
+        return {"accuracy": {row["task"]: row["success_rate"] for row in sorted(summary, key=lambda r: r["task"])},
+                "edit_distance_example": example[:600]}  # fmt: skip
 
     def sft(directory: Path, start: str, tasks: list[str], steps: int, lr: float, **extra: Any) -> Path:
         settings = {"model": start, "tasks": tasks, "difficulty": "1-5", "steps": steps, "batch_size": 16,
@@ -110,14 +111,15 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
 
     key = f"s{seed}"
     base = out / key / "sft"
-    once(results, f"{key}/sft", lambda: (
-        sft(base, s.model, list(SFT_TASKS), s.sft_steps, s.sft_lr, lr_schedule="cosine", **s.model_settings),
-        {"steps": s.sft_steps})[1], say)  # fmt: skip
+
+    def train_base() -> dict[str, Any]:
+        sft(base, s.model, list(SFT_TASKS), s.sft_steps, s.sft_lr, lr_schedule="cosine", **s.model_settings)
+        return {"steps": s.sft_steps}
+
+    once(results, f"{key}/sft", train_base, say)
     base_model = base / "final_model"
     once(results, f"{key}/base", lambda: held_out(base_model, "base"), say)
-    training = once(
-        results, f"{key}/grpo/train", lambda: grpo(out / key / "grpo", base_model, list(TARGETS)), say
-    )
+    once(results, f"{key}/grpo/train", lambda: grpo(out / key / "grpo", base_model, list(TARGETS)), say)
     once(results, f"{key}/grpo", lambda: held_out(out / key / "grpo" / "final_model", "grpo"), say)
 
     distill_tasks = [DISTILLED, *SFT_TASKS]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,17 +48,13 @@ SCALES = {
     "gpu": Scale("Qwen/Qwen2.5-Coder-0.5B-Instruct", sft_steps=0, steps=5, prompts=1, generations=2,
                  max_tokens=384, extra={"finetune": "lora", "lora_r": 16, "lora_alpha": 32}),
 }  # fmt: skip
-SMOKE = {"sft_steps": 4, "steps": 2, "max_tokens": 64}
 
 
 def scale_of(opts: RecipeOptions) -> Scale:
     scale = SCALES[opts.scale]
     if opts.smoke:
-        scale = Scale(**{**scale.__dict__, "sft_steps": min(scale.sft_steps, SMOKE["sft_steps"]),
-                         "steps": SMOKE["steps"], "max_tokens": SMOKE["max_tokens"]})  # fmt: skip
-    if opts.model is not None:
-        scale = Scale(**{**scale.__dict__, "model": opts.model})
-    return scale
+        scale = replace(scale, sft_steps=min(scale.sft_steps, 4), steps=2, max_tokens=64)
+    return replace(scale, model=opts.model) if opts.model else scale
 
 
 def changed_weights(base: Path | None, final: Path) -> float | None:

@@ -84,7 +84,9 @@ def arms(scale: Scale) -> list[tuple[str, str, int, str]]:
 
 
 def outcome_counts(attempts: list[dict[str, Any]]) -> dict[str, Any]:
-    """correct / partial / failed as the original counts them, and the mean completion length."""
+    """correct / partial / failed as the original counts them, and the mean completion length.
+    Not eval.evaluate.summarize's counts: its partial is an answer that passed some tests, which a
+    Countdown answer never does; the original's partial is an answer, wrong."""
     correct = sum(a["status"] == "passed" for a in attempts)
     failed = sum(a["status"] == "format_error" for a in attempts)
     return {
@@ -108,7 +110,7 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
         base, extra = s.model, dict(s.model_settings)
 
     def held_out(model: str, run: str, budget: int) -> dict[str, Any]:
-        attempts = evaluated_attempts(db, f"{key}-{run}", {
+        _, attempts = evaluated_attempts(db, f"{key}-{run}", {
             "model": model, "tasks": ["countdown"], "difficulty": "1", "count": s.eval_count, "samples": 1,
             "temperature": 1.0, "seed": seed, "max_completion_length": budget, "batch_size": 128})  # fmt: skip
         return outcome_counts(attempts)
