@@ -711,6 +711,26 @@ def test_a_slot_that_fails_is_replaced_and_the_job_run_again():
     assert not wait_for_no_leftovers()
 
 
+def test_a_slot_whose_restart_fails_is_an_internal_error_and_restarted_by_the_next_job(monkeypatch, tmp_path):
+    """A monitor that dies, and whose fresh start fails too (here its script exits at once), costs
+    the job an internal_error: never an exception out of the verifier, never a dead slot for good."""
+    from axiom_rl.sandbox import pool as pool_module
+
+    add = "```python\ndef f(a, b):\n    return a + b\n```"
+    with Sandbox(workers=1, limits=LIMITS) as pool:
+        working = pool_module.SERVER
+        broken = tmp_path / "server.py"
+        broken.write_text("raise SystemExit('no monitor today')\n")
+        monkeypatch.setattr(pool_module, "SERVER", broken)
+        os.kill(pool._slots[0].proc.pid, 9)
+        v = score_code(problem(), add, pool)
+        assert v.status == INTERNAL_ERROR and "restart failed too" in v.detail, v
+        assert "no monitor today" in v.detail
+        monkeypatch.setattr(pool_module, "SERVER", working)
+        assert score_code(problem(), add, pool).status == PASSED
+    assert not wait_for_no_leftovers()
+
+
 def test_a_judge_that_crashes_is_the_sandbox_s_failure_retried_then_reported():
     """Test code is trusted; when its process dies on its own (here the tests exit it), the job is
     run again on a fresh slot, and an internal_error only if that fails too. Nothing the

@@ -166,7 +166,8 @@ def test_mbpp_reference_solutions_all_pass_and_wrong_ones_fail(sandbox):
     problems = import_mbpp(MBPP, include_challenge=True)
     assert len(problems) == 974
     verdicts = verify_many(problems, [p.reference_solution for p in problems], sandbox)
-    assert Counter(v.status for v in verdicts) == {PASSED: 974}
+    not_passed = [(p.id, v.status, v.detail) for p, v in zip(problems, verdicts) if v.status != PASSED]
+    assert not not_passed, (not_passed, sandbox.failures)
     wrong = [
         f"{p.reference_solution}\n\ndef {p.entry_point}(*args, **kwargs):\n    return None\n"
         for p in problems

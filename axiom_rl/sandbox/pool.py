@@ -384,9 +384,16 @@ class Sandbox:
                 if report is None:
                     raise SandboxError("the sandbox worker stopped answering")
             except (OSError, ValueError, SandboxError) as e:
+                why = f"sandbox failure: {type(e).__name__}: {e}"
                 if not self._closed:
-                    slot = self._replace(slot)
-                return RunResult([], internal_error=f"sandbox failure: {type(e).__name__}: {e}")
+                    try:
+                        slot = self._replace(slot)
+                    except SandboxError as restart:
+                        # The slot goes back killed (its socket closed): the next job sent to it
+                        # fails at once and starts it again. Raised from here, this would have
+                        # been the verifier's exception, not the job's internal_error.
+                        why += f"; its restart failed too: {restart}"
+                return RunResult([], internal_error=why)
             judge_exit = report.get("judge_exit") or {}
             if report["reason"] == "" and judge_exit.get("code") not in (0, None):
                 # The judge (trusted test code's process) died on its own, before answering.
