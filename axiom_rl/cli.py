@@ -1332,6 +1332,17 @@ def prm_eval(prm_dir: str, labels_path: str, aggregate: str, out_path: str | Non
 )
 @click.option("--lr", type=float, default=2e-5, show_default=True)
 @click.option("--beta", type=float, default=0.04, show_default=True, help="KL weight.")
+@click.option(
+    "--propose",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Share of a round's problems that ask the policy to propose Countdown puzzles (needs countdown), "
+    "rewarded by their learnability for the model entering the round.",
+)
+@click.option(
+    "--solver-samples", type=int, default=8, show_default=True, help="Solver attempts per proposed puzzle."
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
     "--out",

@@ -100,6 +100,12 @@ class TrainConfig(ModelOptions):
     prm_mode: str = "process"
     """How the prm and oracle_steps rewards count: process (per-step rewards into token-level
     advantages), or min, mean, last (that aggregate of the step scores added to the reward)."""
+    solver: str | None = None
+    """The model the `learnability` reward measures proposals against (a model directory, a hub
+    name or tiny; default: the model training starts from): each proposed puzzle earns 4p(1-p) of
+    its success rate p (docs/training.md)."""
+    solver_samples: int = 8
+    """The solver's attempts at each proposed puzzle (its success rate's denominator)."""
     # -- rollout ----------------------------------------------------------------------------
     prompts_per_step: int = 4
     """Prompts per rollout (B)."""

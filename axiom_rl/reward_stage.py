@@ -200,5 +200,7 @@ class RewardStage:
         return StageResult(rewards, components, [None] * len(problems))
 
 
-# The process rewards (oracle_steps, prm) register themselves as components.
+# The process rewards (oracle_steps, prm) and the proposer's (learnability) register themselves
+# as components.
 from .prm import components as _process_rewards  # noqa: E402,F401
+from .selfplay import proposer as _proposer_reward  # noqa: E402,F401

@@ -25,7 +25,7 @@ def test_problems_list_shows_every_task(capsys):
     assert code == 0
     for name in ("countdown", "edit_distance", "n_queens", "topological_sort", "humaneval"):
         assert name in out
-    assert "27 generated tasks" in out
+    assert "28 generated tasks" in out
 
 
 def test_problems_show(capsys):
@@ -44,11 +44,11 @@ def test_export_is_byte_identical_and_splits_are_disjoint(capsys, tmp_path):
     again = [w if w != "--difficulty-range" else "--difficulty" for w in args]
     assert run(capsys, *again, "--out", str(b))[0] == 0
     assert a.read_bytes() == b.read_bytes()
-    assert len(a.read_text().splitlines()) == 27 * 10 * 2
+    assert len(a.read_text().splitlines()) == 28 * 10 * 2
     assert run(capsys, *args, "--split", "eval", "--out", str(e))[0] == 0
     train = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, a.read_text().splitlines())}
     evals = {json.dumps([p["prompt"], p["tests"]]) for p in map(json.loads, e.read_text().splitlines())}
-    assert len(evals) == 27 * 10 * 2 and not train & evals
+    assert len(evals) == 28 * 10 * 2 and not train & evals
 
 
 @pytest.mark.parametrize(
@@ -374,7 +374,7 @@ def test_help_shows_each_default_and_the_names_an_option_takes(capsys, monkeypat
     assert "One of: uniform, file, learnability, schedule, adaptive, failures." in train  # --source
     assert (
         "One of: auto, code_execution, binary, countdown, countdown_graduated, or_debug, format, length_penalty,"
-        " oracle_steps, prm." in train
+        " oracle_steps, prm, learnability." in train
     )
     assert "[default: --no-resume]" in train and "--steps INT" in train and "--tasks, --task TEXT" in train
     assert "One of: train, eval. [default: eval]" in evaluate  # --split

@@ -63,6 +63,21 @@ def write_round_report(directory: Path, result: Any) -> None:
         "Problems trained on: " + ", ".join(f"{k} {v}" for k, v in sorted(data["problems"].items())),
         "",
     ]
+    if data.get("proposer"):
+        lines += [
+            "The proposer on held-out prompts, its puzzles judged by the model entering the round "
+            "(learnability: 4p(1-p) of that solver's success rate p, 0 for an invalid puzzle):",
+            "",
+            "| proposer | proposals | valid | learnability | solver's success on the valid ones |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for name in ("before", "after"):
+            m = data["proposer"][name]
+            success = "n/a" if m["solver_success"] is None else f"{m['solver_success']:.1%}"
+            lines.append(
+                f"| {name} | {m['proposals']} | {m['valid']:.1%} | {m['learnability']:.3f} | {success} |"
+            )
+        lines.append("")
     write_text_atomic(directory / "report.md", "\n".join(lines))
 
 

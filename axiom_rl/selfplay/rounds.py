@@ -10,9 +10,14 @@ Each round r:
     3. the round's problems (OUT/round-r/problems.jsonl): fresh train-split problems of the
        weakest cells, with the debug problems of their code tasks at the same difficulty, and a
        share of problems of every cell (so the rest is not forgotten); with targeting "uniform"
-       (the control), problems of every cell alike, as many
-    4. GRPO on them for the round's steps (OUT/round-r/train), from the model entering the round
-    5. the trained model evaluated on the same held-out set; the round's report
+       (the control), problems of every cell alike, as many. With --propose (Countdown), that
+       share of them asks the policy to propose puzzles instead (the propose_countdown task)
+    4. GRPO on them for the round's steps (OUT/round-r/train), from the model entering the round;
+       a proposal earns 4p(1-p) of the success rate p of the model entering the round on its
+       puzzle (the learnability reward, selfplay/proposer.py), every other row its task's reward
+    5. the trained model evaluated on the same held-out set (and, with --propose, its proposals
+       on held-out proposer prompts, against the same solver as the model entering the round's:
+       valid share and learnability before and after); the round's report
        (OUT/round-r/report.md: the profile before and after, cell by cell) and the plot across
        rounds (OUT/selfplay.png) are written, and only then is the round marked done in
        OUT/selfplay.json
@@ -45,6 +50,7 @@ from ..verify_files import read_problems_file
 
 TARGETINGS = ("weakness", "uniform")
 STATE = "selfplay.json"
+PROPOSER = "propose_countdown"
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,11 @@ class SelfPlayConfig:
     """Of the rollouts and of held-out sampling."""
     lr: float = 2e-5
     beta: float = 0.04
+    propose: float = 0.0
+    """The share of a round's problems that ask the policy to propose Countdown puzzles (the
+    proposer role; needs countdown among the tasks), rewarded by their learnability."""
+    solver_samples: int = 8
+    """The solver's attempts at each proposed puzzle (the learnability's success rate)."""
     seed: int = 0
     out: str = "runs/selfplay"
 
@@ -105,7 +116,15 @@ def check_config(cfg: SelfPlayConfig) -> None:
         raise UserError(f"--keep must be in [0, 1), got {cfg.keep}")
     if cfg.eval_count < 1 or cfg.eval_samples < 1:
         raise UserError("--eval-count and --eval-samples must be >= 1")
+    if not 0.0 <= cfg.propose < 1.0:
+        raise UserError(f"--propose must be in [0, 1), got {cfg.propose}")
+    if cfg.solver_samples < 2:
+        raise UserError(f"--solver-samples must be >= 2, got {cfg.solver_samples}")
     names = parse_task_list(cfg.tasks)
+    if cfg.propose and "countdown" not in names:
+        raise UserError("--propose has the policy propose Countdown puzzles: give countdown among the tasks")
+    if PROPOSER in names:
+        raise UserError(f"{PROPOSER} is the proposer's role: give --propose SHARE, not the task")
     derived = [n for n in names if get_task(n).derived_from]
     if derived:
         raise UserError(
@@ -193,10 +212,19 @@ def round_targets(cfg: SelfPlayConfig, profile: Sequence[Cell]) -> list[tuple[st
     return list(dict.fromkeys(targets))
 
 
+def proposer_levels(cfg: SelfPlayConfig) -> list[int]:
+    """The run's difficulties the proposer is asked for (those its task has)."""
+    top = get_task(PROPOSER).max_difficulty
+    return [d for d in cfg.levels if d <= top] or [top]
+
+
 def round_problems(cfg: SelfPlayConfig, r: int, targets: Sequence[tuple[str, int]]) -> list[Problem]:
-    """Round r's training problems, steps x prompts of them: the targets in turn, and the --keep
-    share (all of them without targets) drawn from every cell; fresh train-split problems each round."""
-    total = cfg.steps_per_round * cfg.prompts_per_step
+    """Round r's training problems, steps x prompts of them: the --propose share asks for puzzles
+    (the run's difficulties in turn); of the rest, the targets in turn and the --keep share (all
+    of them without targets) drawn from every cell; fresh train-split problems each round."""
+    everything = cfg.steps_per_round * cfg.prompts_per_step
+    proposing = round(everything * cfg.propose)
+    total = everything - proposing
     every = [(t, d) for t in cfg.cell_tasks for d in cfg.levels]
     pool = list(targets) or every
     share = round(total * (1.0 - cfg.keep)) if targets else total
@@ -208,10 +236,14 @@ def round_problems(cfg: SelfPlayConfig, r: int, targets: Sequence[tuple[str, int
         cell = rng.choice(every)
         wanted[cell] = wanted.get(cell, 0) + 1
     problems: list[Problem] = []
+    levels = proposer_levels(cfg)
+    for i in range(proposing):
+        key = (PROPOSER, levels[i % len(levels)])
+        wanted[key] = wanted.get(key, 0) + 1
     for (task, difficulty), count in wanted.items():
         if count:  # round r's slice of the cell's train sequence: no problem is trained on twice
             problems += generate_problems(
-                task, difficulty, count, seed=cfg.seed, split="train", start=(r - 1) * total
+                task, difficulty, count, seed=cfg.seed, split="train", start=(r - 1) * everything
             )
     rng.shuffle(problems)
     return problems
@@ -230,11 +262,37 @@ def train_round(cfg: SelfPlayConfig, r: int, problems_file: Path, say: Callable[
                     steps=cfg.steps_per_round, prompts_per_step=cfg.prompts_per_step,
                     num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
                     temperature=cfg.temperature, lr=cfg.lr, beta=cfg.beta, seed=cfg.seed * 1000 + r,
+                    rewards="learnability" if cfg.propose else "auto",
+                    solver=model_entering(cfg, r) if cfg.propose else None, solver_samples=cfg.solver_samples,
                     output_dir=str(run_dir), save_every=max(1, cfg.steps_per_round // 4), keep_checkpoints=1,
                     resume=(run_dir / "config.json").exists()),
         say=say,
     )  # fmt: skip
     return final
+
+
+def proposer_problems(cfg: SelfPlayConfig) -> list[Problem]:
+    """The held-out proposer prompts: --eval-count at each of the run's difficulties."""
+    return [p for d in proposer_levels(cfg) for p in generate_problems(PROPOSER, d, cfg.eval_count, seed=cfg.seed,
+                                                                        split="eval")]  # fmt: skip
+
+
+def measure_proposals(cfg: SelfPlayConfig, r: int, trained: Path) -> dict[str, dict[str, Any]]:
+    """The proposals of the model entering round r and of the model it trained, on the held-out
+    proposer prompts (--eval-samples each), judged by the same solver: the model entering the round."""
+    from .proposer import Solver, measure_proposer
+
+    options = dict(tiny_size=cfg.tiny_size, temperature=cfg.temperature,
+                   max_completion_length=cfg.max_completion_length, seed=cfg.seed)  # fmt: skip
+    problems = proposer_problems(cfg)
+    solver = Solver(model_entering(cfg, r), **options)  # type: ignore[arg-type]
+    measured = {}
+    for name, model in (("before", solver), ("after", Solver(str(trained), **options))):  # type: ignore[arg-type]
+        proposals = [
+            (p, c) for p, row in zip(problems, model.sample(problems, cfg.eval_samples)) for c in row
+        ]
+        measured[name] = measure_proposer(proposals, solver, cfg.solver_samples)
+    return measured
 
 
 @dataclass
@@ -246,6 +304,8 @@ class RoundResult:
     after: list[dict[str, Any]]
     seconds: dict[str, float]
     problems: dict[str, int]
+    # With --propose: the proposals before and after the round (measure_proposals).
+    proposer: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "targets": [list(t) for t in self.targets]}
@@ -284,9 +344,16 @@ def run_selfplay(cfg: SelfPlayConfig, say: Callable[[str], None] = print) -> dic
         start = time.perf_counter()
         after = held_out(cfg, str(trained), f"round-{r}-after", say)
         seconds["evaluate_after"] = time.perf_counter() - start
+        proposer = {}
+        if cfg.propose:
+            start = time.perf_counter()
+            proposer = measure_proposals(cfg, r, trained)
+            seconds["measure_proposals"] = time.perf_counter() - start
+            say(f"round {r}: proposals valid {proposer['before']['valid']:.0%} -> {proposer['after']['valid']:.0%}, "
+                f"learnability {proposer['before']['learnability']:.3f} -> {proposer['after']['learnability']:.3f}")  # fmt: skip
         counts = dict(Counter(p.task for p in problems))
         result = RoundResult(r, cfg.targeting, targets, [c.to_dict() for c in before], [c.to_dict() for c in after],
-                             seconds, counts)  # fmt: skip
+                             seconds, counts, proposer)  # fmt: skip
         write_round_report(directory, result)
         state["rounds"].append(result.to_dict())
         write_plot(Path(cfg.out) / "selfplay.png", state["rounds"])

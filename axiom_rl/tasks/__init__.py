@@ -5,7 +5,7 @@ Importing this package registers every built-in task.
 
 from __future__ import annotations
 
-from . import countdown, importers  # noqa: F401  (registers)
+from . import countdown, importers, propose  # noqa: F401  (registers)
 from .base import PROMPT_STYLES, CodeTask, Task
 from .code import backtracking, basics, dp, graphs, strings  # noqa: F401  (registers)
 from .debug.task import register_debug_tasks

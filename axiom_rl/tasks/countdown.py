@@ -79,15 +79,26 @@ def random_expression(rng: random.Random, numbers: list[int]) -> tuple[Fraction,
     return pool[0][0], pool[0][1]
 
 
-def solve(numbers: list[int], target: int) -> str | None:
+class SearchBudgetExceeded(Exception):
+    """solve() visited more states than it was allowed to."""
+
+
+def solve(numbers: list[int], target: int, max_states: int | None = None) -> str | None:
     """An expression using every number exactly once that equals `target`, or None.
 
     Exhaustive search over pairwise combinations with memoisation on the multiset of values.
+    `max_states`: raise SearchBudgetExceeded after visiting that many (a puzzle from outside,
+    such as a proposal, must not cost unbounded time: six numbers can take seconds).
     """
     target_f = Fraction(target)
     dead: set[tuple[Fraction, ...]] = set()
+    visited = 0
 
     def search(items: list[tuple[Fraction, str]]) -> str | None:
+        nonlocal visited
+        visited += 1
+        if max_states is not None and visited > max_states:
+            raise SearchBudgetExceeded(f"more than {max_states:,} states")
         if len(items) == 1:
             return items[0][1] if items[0][0] == target_f else None
         key = tuple(sorted(v for v, _ in items))

@@ -136,13 +136,14 @@ def plan_run(cfg: TrainConfig) -> Plan:
                                           problems=None if problems is None else tuple(problems)))  # fmt: skip
     style = resolve_prompt_style(cfg.prompt_style, cfg.model, check_model_spec(cfg.model, cfg.tiny_size))
     needs_sandbox = any(get_task(t).runs_code for t in tasks)
-    return Plan(tasks, difficulties, style, needs_sandbox, process_reward_specs(cfg), problems)
+    return Plan(tasks, difficulties, style, needs_sandbox, process_reward_specs(cfg, style), problems)
 
 
-def process_reward_specs(cfg: TrainConfig) -> Any:
-    """The reward specs, the process rewards given --prm and --prm-mode, checked here before
-    anything is written: --prm without the prm reward, and each process reward made once (the prm
-    reward without --prm, a directory that is not a PRM, a bad mode)."""
+def process_reward_specs(cfg: TrainConfig, prompt_style: str = "auto") -> Any:
+    """The reward specs, the process rewards given --prm and --prm-mode and the learnability
+    reward given --solver, checked here before anything is written: --prm without the prm reward,
+    --solver without learnability, and each such reward made once (the prm reward without --prm, a
+    directory that is not a PRM, a bad mode, learnability without a solver)."""
     from ..prm.components import check_mode
     from ..reward_stage import make_component
 
@@ -152,7 +153,16 @@ def process_reward_specs(cfg: TrainConfig) -> Any:
         raise UserError(
             "--prm names a process reward model, but --rewards has no prm (e.g. countdown:1.0,prm:0.5)"
         )
-    params = {"prm": {"path": cfg.prm, "mode": cfg.prm_mode}, "oracle_steps": {"mode": cfg.prm_mode}}
+    if cfg.solver and "learnability" not in {s.name for s in specs or ()}:
+        raise UserError("--solver names the learnability reward's solver, but --rewards has no learnability")
+    params = {
+        "prm": {"path": cfg.prm, "mode": cfg.prm_mode},
+        "oracle_steps": {"mode": cfg.prm_mode},
+        # The solver sees puzzles as the policy does (the same prompt style and sampling).
+        "learnability": {"solver": cfg.solver or cfg.model, "samples": cfg.solver_samples, "tiny_size": cfg.tiny_size,
+                         "prompt_style": prompt_style, "temperature": cfg.temperature,
+                         "max_completion_length": cfg.max_completion_length, "seed": cfg.seed},
+    }  # fmt: skip
     specs = specs and [replace(s, params=params[s.name]) if s.name in params else s for s in specs]
     for spec in specs or ():
         if spec.name in params:
