@@ -1343,6 +1343,13 @@ def prm_eval(prm_dir: str, labels_path: str, aggregate: str, out_path: str | Non
 @click.option(
     "--solver-samples", type=int, default=8, show_default=True, help="Solver attempts per proposed puzzle."
 )
+@click.option(
+    "--proposer-reward",
+    type=click.Choice(["learnability", "validity"]),
+    default="learnability",
+    show_default=True,
+    help="What a proposal earns: 4p(1-p) of the solver's success rate p, or 1 for any valid puzzle (the control).",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
     "--out",

@@ -163,6 +163,7 @@ def test_proposer_options_bad_input_is_one_line_and_writes_nothing(tmp_path, cap
         (["--propose", "0.5", "--task", "is_palindrome"], "give countdown among the tasks"),
         (["--propose", "0.5", "--solver-samples", "1"], "--solver-samples must be >= 2"),
         (["--task", "countdown,propose_countdown"], "give --propose SHARE"),
+        (["--propose", "0.5", "--proposer-reward", "fun"], "Invalid value for '--proposer-reward'"),
     ):
         assert main([*base, *args]) == 2
         assert message in capsys.readouterr().err and not out.exists()

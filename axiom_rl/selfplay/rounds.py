@@ -29,7 +29,9 @@ resumes from its last checkpoint, and a half-finished round is never reported as
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import json
 import random
 import time
@@ -43,12 +45,13 @@ from ..config import EvalConfig, TrainConfig
 from ..errors import UserError
 from ..eval.failures import Cell, weakness_profile
 from ..io import write_jsonl_atomic, write_text_atomic
-from ..tasks import CodeTask, generate_problems, get_task, parse_task_list
+from ..tasks import CodeTask, generate_problems, get_task, iter_problems, parse_task_list
 from ..tasks.generate import check_difficulty, parse_range
 from ..types import Problem
 from ..verify_files import read_problems_file
 
 TARGETINGS = ("weakness", "uniform")
+PROPOSER_REWARDS = ("learnability", "validity")
 STATE = "selfplay.json"
 PROPOSER = "propose_countdown"
 
@@ -87,6 +90,9 @@ class SelfPlayConfig:
     proposer role; needs countdown among the tasks), rewarded by their learnability."""
     solver_samples: int = 8
     """The solver's attempts at each proposed puzzle (the learnability's success rate)."""
+    proposer_reward: str = "learnability"
+    """What a proposal earns: learnability (4p(1-p) for the solver), or validity (1 for a valid
+    puzzle, whatever the solver makes of it: the control)."""
     seed: int = 0
     out: str = "runs/selfplay"
 
@@ -118,6 +124,10 @@ def check_config(cfg: SelfPlayConfig) -> None:
         raise UserError("--eval-count and --eval-samples must be >= 1")
     if not 0.0 <= cfg.propose < 1.0:
         raise UserError(f"--propose must be in [0, 1), got {cfg.propose}")
+    if cfg.proposer_reward not in PROPOSER_REWARDS:
+        raise UserError(
+            f"--proposer-reward must be one of {', '.join(PROPOSER_REWARDS)}, got {cfg.proposer_reward!r}"
+        )
     if cfg.solver_samples < 2:
         raise UserError(f"--solver-samples must be >= 2, got {cfg.solver_samples}")
     names = parse_task_list(cfg.tasks)
@@ -241,10 +251,13 @@ def round_problems(cfg: SelfPlayConfig, r: int, targets: Sequence[tuple[str, int
         key = (PROPOSER, levels[i % len(levels)])
         wanted[key] = wanted.get(key, 0) + 1
     for (task, difficulty), count in wanted.items():
-        if count:  # round r's slice of the cell's train sequence: no problem is trained on twice
-            problems += generate_problems(
-                task, difficulty, count, seed=cfg.seed, split="train", start=(r - 1) * everything
-            )
+        start = (r - 1) * everything
+        if task == PROPOSER:  # a request, not a puzzle: asked again, it is answered anew (and at
+            # difficulty 1 there are only some 170 train prompts)
+            stream = iter_problems(task, difficulty, seed=cfg.seed, split="train", unique=False)
+            problems += itertools.islice(stream, start, start + count)
+        elif count:  # round r's slice of the cell's train sequence: no problem is trained on twice
+            problems += generate_problems(task, difficulty, count, seed=cfg.seed, split="train", start=start)
     rng.shuffle(problems)
     return problems
 
@@ -255,6 +268,7 @@ def train_round(cfg: SelfPlayConfig, r: int, problems_file: Path, say: Callable[
 
     run_dir = round_dir(cfg, r) / "train"
     final = run_dir / "final_model"
+    learnability = cfg.propose > 0 and cfg.proposer_reward == "learnability"
     if (final / "axiom_rl.json").exists():
         return final
     train(
@@ -262,8 +276,8 @@ def train_round(cfg: SelfPlayConfig, r: int, problems_file: Path, say: Callable[
                     steps=cfg.steps_per_round, prompts_per_step=cfg.prompts_per_step,
                     num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
                     temperature=cfg.temperature, lr=cfg.lr, beta=cfg.beta, seed=cfg.seed * 1000 + r,
-                    rewards="learnability" if cfg.propose else "auto",
-                    solver=model_entering(cfg, r) if cfg.propose else None, solver_samples=cfg.solver_samples,
+                    rewards="learnability" if learnability else "auto",  # auto: each task's own (validity)
+                    solver=model_entering(cfg, r) if learnability else None, solver_samples=cfg.solver_samples,
                     output_dir=str(run_dir), save_every=max(1, cfg.steps_per_round // 4), keep_checkpoints=1,
                     resume=(run_dir / "config.json").exists()),
         say=say,
@@ -272,9 +286,15 @@ def train_round(cfg: SelfPlayConfig, r: int, problems_file: Path, say: Callable[
 
 
 def proposer_problems(cfg: SelfPlayConfig) -> list[Problem]:
-    """The held-out proposer prompts: --eval-count at each of the run's difficulties."""
-    return [p for d in proposer_levels(cfg) for p in generate_problems(PROPOSER, d, cfg.eval_count, seed=cfg.seed,
-                                                                        split="eval")]  # fmt: skip
+    """The held-out proposer prompts: --eval-count at each of the run's difficulties, or as many
+    distinct ones as there are (about 40 at difficulty 1)."""
+    problems: list[Problem] = []
+    for d in proposer_levels(cfg):
+        stream = iter_problems(PROPOSER, d, seed=cfg.seed, split="eval")
+        with contextlib.suppress(UserError):  # the distinct prompts ran out: those made are kept
+            for problem in itertools.islice(stream, cfg.eval_count):
+                problems.append(problem)
+    return problems
 
 
 def measure_proposals(cfg: SelfPlayConfig, r: int, trained: Path) -> dict[str, dict[str, Any]]:
