@@ -182,3 +182,15 @@ def test_a_verdict_from_elsewhere_is_not_trusted_for_validity():
     component = make_component(RewardSpec("learnability", params={"solver": "tiny", "tiny_size": "nano"}))
     rows = component.score([problem], ["<answer>1 2 -> 3</answer>"], [Verdict(PASSED, 1, 1)]).rows
     assert rows == [0.0]
+
+
+def test_a_self_play_run_from_before_the_proposer_resumes_and_refuses_a_proposer_added(tmp_path):
+    from axiom_rl.errors import UserError
+    from axiom_rl.selfplay.rounds import NEWER_SETTINGS, SelfPlayConfig, _settings, load_state
+
+    cfg = SelfPlayConfig(tasks=["countdown"], out=str(tmp_path))
+    stored = {k: v for k, v in _settings(cfg).items() if k not in NEWER_SETTINGS}
+    (tmp_path / "selfplay.json").write_text(json.dumps({"settings": stored, "rounds": [{"round": 1}]}))
+    assert load_state(cfg)["rounds"] == [{"round": 1}]
+    with pytest.raises(UserError, match=r"other settings \(propose\)"):
+        load_state(SelfPlayConfig(tasks=["countdown"], out=str(tmp_path), propose=0.5))

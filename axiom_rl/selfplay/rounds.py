@@ -54,6 +54,8 @@ TARGETINGS = ("weakness", "uniform")
 PROPOSER_REWARDS = ("learnability", "validity")
 STATE = "selfplay.json"
 PROPOSER = "propose_countdown"
+# Settings added since self-play runs were first written: a stored run without one had its default.
+NEWER_SETTINGS = ("propose", "solver_samples", "proposer_reward")
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,12 @@ def load_state(cfg: SelfPlayConfig) -> dict[str, Any]:
             raise ValueError("not a self-play state")
     except (ValueError, OSError) as e:
         raise UserError(f"{path} is not a self-play run's state ({e}); give another --out") from None
-    if state.get("settings") != _settings(cfg):
-        theirs = state.get("settings") or {}
+    theirs = state.get("settings")
+    if isinstance(theirs, dict):
+        # A run from before a setting existed had that setting's default (propose: 0, no proposer).
+        theirs = {**{k: v for k, v in _settings(SelfPlayConfig()).items() if k in NEWER_SETTINGS}, **theirs}
+    if theirs != _settings(cfg):
+        theirs = theirs or {}
         differ = sorted(k for k in _settings(cfg) if theirs.get(k) != _settings(cfg)[k])
         raise UserError(
             f"{out} holds a self-play run with other settings ({', '.join(differ) or 'unreadable'}); "
