@@ -327,7 +327,7 @@ def test_eval_and_sft_take_all_as_train_does(tmp_path, capsys):
     assert "stored as run 'tiny-all-d1-greedy-s0'" in capsys.readouterr().err
     with ResultsDB(db) as store:
         tasks = {a["task"] for a in store.attempts(store.require_run("tiny-all-d1-greedy-s0"))}
-    assert tasks == set(all_tasks()) and len(tasks) == 27
+    assert tasks == set(all_tasks()) and len(tasks) == 28
     assert main(["sft", *args, "--steps", "1", "--batch-size", "4", "--output-dir", str(tmp_path / "s")]) == 0
     card = json.loads((tmp_path / "s/final_model/axiom_rl.json").read_text())
     assert card["tasks"] == all_tasks()
