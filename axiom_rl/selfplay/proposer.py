@@ -143,30 +143,38 @@ class Learnability(RewardComponent):
         from ..tasks.propose import puzzle_of
 
         rows = [0.0] * len(problems)
-        proposals: list[int] = []
-        puzzles: list[Problem] = []
+        proposals = [i for i, p in enumerate(problems) if p.task in PROPOSER_TASKS]
         for i, (p, c, v) in enumerate(zip(problems, completions, verdicts)):
             if p.task not in PROPOSER_TASKS:
                 rows[i] = float(REWARDS[get_task(p.task).default_reward](p, c, v))
-                continue
-            proposals.append(i)
-            puzzle = puzzle_of(p, c) if v.status == PASSED else None
-            if puzzle is not None:
-                puzzles.append(puzzle)
-                rows[i] = -1.0  # filled below
-        if puzzles:
-            if self._solver is None:
-                self._solver = Solver(**self.options)  # type: ignore[arg-type]
-            successes = iter(self._solver.attempt(puzzles, self.samples).successes())
-            for i in proposals:
-                if rows[i] == -1.0:
-                    rows[i] = learnability(next(successes), self.samples)
+        # An invalid proposal's verdict spares the solver's second look at it (an unsolvable one
+        # costs the exact solver its whole budget again).
+        puzzles = [
+            puzzle_of(problems[i], completions[i]) if verdicts[i].status == PASSED else None
+            for i in proposals
+        ]
+        if any(q is not None for q in puzzles) and self._solver is None:
+            self._solver = Solver(**self.options)  # type: ignore[arg-type]
+        scores, _ = proposal_scores(puzzles, self._solver, self.samples)
+        for i, value in zip(proposals, scores):
+            rows[i] = value
         self.last = {
             "proposals": float(len(proposals)),
-            "valid": float(len(puzzles)),
-            "learnability": statistics.fmean(rows[i] for i in proposals) if proposals else 0.0,
+            "valid": float(sum(q is not None for q in puzzles)),
+            "learnability": statistics.fmean(scores) if scores else 0.0,
         }
         return ComponentScores(rows)
+
+
+def proposal_scores(
+    puzzles: Sequence[Problem | None], solver: Solver | None, samples: int
+) -> tuple[list[float], list[int]]:
+    """Each proposal's learnability (0 where its puzzle is None: an invalid proposal), and the
+    solver's successes on the valid ones, in order. `solver` may be None when none is valid."""
+    valid = [q for q in puzzles if q is not None]
+    successes = solver.attempt(valid, samples).successes() if valid and solver is not None else []
+    found = iter(successes)
+    return [0.0 if q is None else learnability(next(found), samples) for q in puzzles], successes
 
 
 def measure_proposer(
@@ -177,12 +185,10 @@ def measure_proposer(
     from ..tasks.propose import puzzle_of
 
     puzzles = [puzzle_of(p, c) for p, c in proposals]
-    valid = [q for q in puzzles if q is not None]
-    successes = solver.attempt(valid, samples).successes()
-    scores = [learnability(s, samples) for s in successes] + [0.0] * (len(puzzles) - len(valid))
+    scores, successes = proposal_scores(puzzles, solver, samples)
     return {
         "proposals": len(puzzles),
-        "valid": len(valid) / len(puzzles) if puzzles else 0.0,
+        "valid": len(successes) / len(puzzles) if puzzles else 0.0,
         "learnability": statistics.fmean(scores) if scores else 0.0,
         "solver_success": statistics.fmean(s / samples for s in successes) if successes else None,
     }

@@ -83,6 +83,17 @@ class SearchBudgetExceeded(Exception):
     """solve() visited more states than it was allowed to."""
 
 
+def random_puzzle(rng: random.Random, difficulty: int) -> tuple[list[int], int, str]:
+    """(numbers, target, an expression reaching it) of a difficulty: numbers drawn until a random
+    expression over them has an integer value within the difficulty's targets."""
+    count, max_number, max_target = difficulty_params(difficulty)
+    while True:
+        numbers = [rng.randint(1, max_number) for _ in range(count)]
+        value, expression = random_expression(rng, numbers)
+        if value.denominator == 1 and 1 <= value <= max_target:
+            return numbers, int(value), expression
+
+
 def solve(numbers: list[int], target: int, max_states: int | None = None) -> str | None:
     """An expression using every number exactly once that equals `target`, or None.
 
@@ -236,13 +247,7 @@ class Countdown(Task):
         return extract_answer(completion) is not None
 
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
-        count, max_number, max_target = difficulty_params(difficulty)
-        while True:
-            numbers = [rng.randint(1, max_number) for _ in range(count)]
-            value, expression = random_expression(rng, numbers)
-            if value.denominator == 1 and 1 <= value <= max_target:
-                break
-        target = int(value)
+        numbers, target, expression = random_puzzle(rng, difficulty)
         return Problem(
             id=f"countdown-d{difficulty}",
             task=self.name,

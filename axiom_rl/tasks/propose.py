@@ -20,7 +20,8 @@ from typing import Any
 
 from ..types import FORMAT_ERROR, PASSED, SYNTAX_ERROR, WRONG_ANSWER, Problem, Verdict
 from .base import Task
-from .countdown import SearchBudgetExceeded, difficulty_params, extract_answer, random_expression, solve
+from .countdown import FULL_PROMPT as SOLVER_PROMPT
+from .countdown import SearchBudgetExceeded, difficulty_params, extract_answer, random_puzzle, solve
 from .registry import register_task
 
 MAX_ANSWER_CHARS = 120
@@ -88,12 +89,11 @@ class ProposeCountdown(Task):
     def generate(self, rng: random.Random, difficulty: int) -> Problem:
         count, max_number, max_target = difficulty_params(difficulty)
         while True:  # a puzzle of this difficulty that the bounded solver settles (score's check)
-            numbers = [rng.randint(1, max_number) for _ in range(count)]
-            value, expression = random_expression(rng, numbers)
-            if value.denominator == 1 and 1 <= value <= max_target and solution(numbers, int(value))[0]:
+            numbers, target, expression = random_puzzle(rng, difficulty)
+            if solution(numbers, target)[0]:
                 break
         include = sorted(rng.sample(numbers, 2))
-        puzzle = f"{' '.join(map(str, numbers))} -> {int(value)}"
+        puzzle = f"{' '.join(map(str, numbers))} -> {target}"
         return Problem(
             id=f"propose_countdown-d{difficulty}",
             task=self.name,
@@ -174,8 +174,6 @@ class ProposeCountdown(Task):
 def puzzle_of(problem: Problem, completion: str) -> Problem | None:
     """The Countdown problem a valid proposal makes (None for an invalid one): the solver's prompt,
     at the proposal's difficulty, with the exact solver's solution as its reference."""
-    from .countdown import FULL_PROMPT as SOLVER_PROMPT
-
     puzzle = read_puzzle(completion)
     if puzzle is None or constraint_violation(problem.metadata, *puzzle):
         return None
