@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from ..errors import UserError
 from ..reward_stage import ComponentScores, RewardComponent, register_component
 from ..rewards import REWARDS
@@ -76,6 +74,8 @@ class Solver:
 
     def sample(self, problems: Sequence[Problem], samples: int) -> list[list[str]]:
         """`samples` completions of each problem."""
+        import torch  # the torch-free parts (the reward registry) import this module too
+
         from ..rollout import get_backend
         from ..tasks import get_task
         from ..tasks.prompts import format_prompt
