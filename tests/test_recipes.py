@@ -135,6 +135,16 @@ def test_hard_problems_measures_every_task_before_and_after(tmp_path: Path, caps
     grpo = json.loads((out / "s0" / "grpo" / "config.json").read_text())
     assert grpo["tasks"] == ["edit_distance", "coin_change"] and grpo["rewards"] == "auto"
     assert "| edit_distance | no |" in printed and "## The goals" in printed
+    # The distillation's checkpoints are tried oldest first, up to the first that reaches the
+    # task (or the final model); GRPO starts from the one chosen.
+    start = results["s0/distill-start"]
+    steps = [step for step, _ in start["reach"]]
+    assert steps == sorted(set(steps)) and steps[-1] == start["step"] and steps[0] == 1
+    assert all(rate < 0.1 for _, rate in start["reach"][:-1])
+    assert start["reach"][-1][1] >= 0.1 or start["step"] == 2
+    distill = json.loads((out / "s0" / "distill" / "config.json").read_text())
+    assert distill["model"] == str(out / start["model"]) and (out / start["model"] / "axiom_rl.json").exists()
+    assert "## Where the distillation stopped" in printed
 
 
 @pytest.mark.parametrize(

@@ -96,14 +96,14 @@ def once(results: Results, key: str, work: Callable[[], Any], say: Say) -> Any:
 
 def sft_model(directory: Path, settings: dict[str, Any]) -> Path:
     """SFT with these settings into `directory`, once: a finished model is reused, a stopped
-    run's remains are removed first."""
+    run's remains are removed first. No checkpoints unless the settings ask (`save_every`)."""
     from ..config import SFTConfig
     from ..train.sft import sft
 
     final = directory / "final_model"
     if not (final / "axiom_rl.json").exists():
         shutil.rmtree(directory, ignore_errors=True)
-        sft(SFTConfig(**settings, output_dir=str(directory), save_every=0), say=quiet)
+        sft(SFTConfig(**{"save_every": 0, **settings}, output_dir=str(directory)), say=quiet)
     return final
 
 

@@ -10,7 +10,10 @@ Per seed:
                     targets' change, and the forgetting on the SFT'd tasks
     distill         the teacher-distillation arm the original proposes: the base SFT'd a little on
                     coin change's reference solutions (beside SFT_TASKS', so it keeps them), then
-                    GRPO on coin change alone
+                    GRPO on coin change alone. "A little" is measured, not fixed: the SFT is
+                    checkpointed, and GRPO starts from the first checkpoint at which sampling
+                    reaches the task (a share `reach` of attempts on train-split problems of
+                    GRPO's difficulties pass), the state the original's pretrained model was in
     distill-more-sft  the control: the distilled model SFT'd on the same data for the wall time
                     the distillation arm's GRPO took
 
@@ -25,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..train.checkpoint import checkpoints
 from .common import (
     RecipeOptions,
     Results,
@@ -50,7 +54,10 @@ class Scale:
     model_settings: dict[str, Any]  # of the first SFT (size, LoRA, dtype)
     sft_steps: int
     sft_lr: float
-    distill_steps: int
+    distill_steps: int  # at most
+    distill_check_every: int  # steps between the checkpoints tried as GRPO's start
+    reach: float  # GRPO starts from the first checkpoint whose train-split success reaches this
+    reach_count: int  # train-split problems per difficulty in that check (4 samples each)
     grpo_steps: int
     prompts: int
     generations: int
@@ -63,10 +70,10 @@ class Scale:
 SCALES = {
     # From docs/results.md's code configuration: 150 SFT steps teach the built-in model four
     # programs; sampled at 0.6 about half pass, at 1.0 none (GRPO's groups would be all zeros).
-    "cpu": Scale("tiny", {"tiny_size": "micro"}, sft_steps=150, sft_lr=2e-3, distill_steps=60, grpo_steps=40,
-                 prompts=4, generations=8, max_tokens=340, temperature=0.6, eval_count=8, eval_samples=4),
+    "cpu": Scale("tiny", {"tiny_size": "micro"}, sft_steps=150, sft_lr=2e-3, distill_steps=60, distill_check_every=5,
+                 reach=0.1, reach_count=4, grpo_steps=40, prompts=4, generations=8, max_tokens=340, temperature=0.6, eval_count=8, eval_samples=4),
     "gpu": Scale("Qwen/Qwen2.5-Coder-0.5B-Instruct", {"finetune": "lora", "merge": True}, sft_steps=100,
-                 sft_lr=1e-4, distill_steps=60, grpo_steps=40, prompts=4, generations=8, max_tokens=512,
+                 sft_lr=1e-4, distill_steps=60, distill_check_every=10, reach=0.1, reach_count=4, grpo_steps=40, prompts=4, generations=8, max_tokens=512,
                  temperature=0.6, eval_count=25, eval_samples=4),
 }  # fmt: skip
 
@@ -74,7 +81,7 @@ SCALES = {
 def scale_of(opts: RecipeOptions) -> Scale:
     scale = SCALES[opts.scale]
     if opts.smoke:
-        scale = replace(scale, sft_steps=3, distill_steps=2, grpo_steps=2, prompts=2, generations=2,
+        scale = replace(scale, sft_steps=3, distill_steps=2, distill_check_every=1, reach_count=1, grpo_steps=2, prompts=2, generations=2,
                         max_tokens=48, eval_count=1, eval_samples=1)  # fmt: skip
     return replace(scale, model=opts.model) if opts.model else scale
 
@@ -93,6 +100,14 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
         # One difficulty: a summary row per task.
         return {"accuracy": {row["task"]: row["success_rate"] for row in sorted(summary, key=lambda r: r["task"])},
                 "edit_distance_example": example[:600]}  # fmt: skip
+
+    def reach(model: Path, name: str) -> float:
+        """Sampled success on train-split problems of the distilled task at GRPO's difficulties."""
+        summary, _ = evaluated_attempts(db, f"s{seed}-{name}", {
+            "model": str(model), "tasks": [DISTILLED], "difficulty": "1-5", "count": s.reach_count, "samples": 4,
+            "temperature": s.temperature, "seed": seed, "split": "train", "max_completion_length": s.max_tokens,
+            "batch_size": 64})  # fmt: skip
+        return statistics.mean(row["success_rate"] for row in summary)
 
     def sft(directory: Path, start: str, tasks: list[str], steps: int, lr: float, **extra: Any) -> Path:
         settings = {"model": start, "tasks": tasks, "difficulty": "1-5", "steps": steps, "batch_size": 16,
@@ -123,7 +138,24 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
     once(results, f"{key}/grpo", lambda: held_out(out / key / "grpo" / "final_model", "grpo"), say)
 
     distill_tasks = [DISTILLED, *SFT_TASKS]
-    distilled = sft(out / key / "distill-sft", str(base_model), distill_tasks, s.distill_steps, s.sft_lr / 2)
+
+    def distill_start() -> dict[str, Any]:
+        """The distillation SFT, checkpointed; the first checkpoint (oldest first, the final model
+        last) whose train-split success reaches `s.reach` is where GRPO starts."""
+        run_dir = out / key / "distill-sft"
+        final = sft(run_dir, str(base_model), distill_tasks, s.distill_steps, s.sft_lr / 2,
+                    save_every=s.distill_check_every, keep_checkpoints=0)  # fmt: skip
+        tried = []
+        # (the checkpoint written at the last step is the final model)
+        earlier = [(n, path / "model") for n, path in checkpoints(run_dir) if n < s.distill_steps]
+        for step, model in [*earlier, (s.distill_steps, final)]:
+            tried.append([step, reach(model, f"distill-reach-step{step}")])
+            if tried[-1][1] >= s.reach:
+                break
+        return {"step": tried[-1][0], "model": str(model.relative_to(out)), "reach": tried}
+
+    start = once(results, f"{key}/distill-start", distill_start, say)
+    distilled = out / start["model"]
     once(results, f"{key}/distill-sft", lambda: held_out(distilled, "distill-sft"), say)
     training = once(
         results, f"{key}/distill/train", lambda: grpo(out / key / "distill", distilled, [DISTILLED]), say
@@ -187,10 +219,17 @@ def tables(results: Results, seeds: list[int]) -> list[str]:
          ["change on the SFT'd tasks >= -3 pts (distillation + GRPO)", mean_spread(forgetting("distill"), unit=" pts"),
           _yes(all(v >= -0.03 for v in forgetting("distill")))]],
     )  # fmt: skip
+    reached = markdown_table(
+        ["seed", "GRPO's start (distillation step)", f"{DISTILLED}'s train-split success at each checkpoint tried"],
+        [[s, start["step"], ", ".join(f"step {n}: {rate:.0%}" for n, rate in start["reach"])]
+         for s in seeds if (start := results.get(f"s{s}/distill-start"))],
+    )  # fmt: skip
     n = len(seeds)
     return [
         f"## Held-out accuracy per task (difficulty 3, {n} seed{'s' * (n > 1)}: mean ± sd)\n\n{per_task}",
         f"## What GRPO had to learn from\n\n{signal}",
+        f"## Where the distillation stopped (GRPO starts at the first checkpoint at >= {SCALES['cpu'].reach:.0%})"
+        f"\n\n{reached}",
         f"## The goals\n\n{goal}",
     ]
 
