@@ -62,6 +62,7 @@ class Scale:
     reach: float
     reach_count: int  # train-split problems per difficulty in that check (4 samples each)
     grpo_steps: int
+    distill_grpo_steps: int  # GRPO's steps from the distilled model
     prompts: int
     generations: int
     max_tokens: int
@@ -74,9 +75,9 @@ SCALES = {
     # From docs/results.md's code configuration: 150 SFT steps teach the built-in model four
     # programs; sampled at 0.6 about half pass, at 1.0 none (GRPO's groups would be all zeros).
     "cpu": Scale("tiny", {"tiny_size": "micro"}, sft_steps=150, sft_lr=2e-3, distill_steps=60, distill_check_every=2,
-                 reach=0.02, reach_count=4, grpo_steps=40, prompts=4, generations=8, max_tokens=340, temperature=0.6, eval_count=8, eval_samples=4),
+                 reach=0.02, reach_count=4, grpo_steps=40, distill_grpo_steps=80, prompts=4, generations=8, max_tokens=340, temperature=0.6, eval_count=8, eval_samples=4),
     "gpu": Scale("Qwen/Qwen2.5-Coder-0.5B-Instruct", {"finetune": "lora", "merge": True}, sft_steps=100,
-                 sft_lr=1e-4, distill_steps=60, distill_check_every=10, reach=0.1, reach_count=4, grpo_steps=40, prompts=4, generations=8, max_tokens=512,
+                 sft_lr=1e-4, distill_steps=60, distill_check_every=10, reach=0.1, reach_count=4, grpo_steps=40, distill_grpo_steps=40, prompts=4, generations=8, max_tokens=512,
                  temperature=0.6, eval_count=25, eval_samples=4),
 }  # fmt: skip
 
@@ -84,7 +85,7 @@ SCALES = {
 def scale_of(opts: RecipeOptions) -> Scale:
     scale = SCALES[opts.scale]
     if opts.smoke:
-        scale = replace(scale, sft_steps=3, distill_steps=2, distill_check_every=1, reach_count=1, grpo_steps=2, prompts=2, generations=2,
+        scale = replace(scale, sft_steps=3, distill_steps=2, distill_check_every=1, reach_count=1, grpo_steps=2, distill_grpo_steps=2, prompts=2, generations=2,
                         max_tokens=48, eval_count=1, eval_samples=1)  # fmt: skip
     return replace(scale, model=opts.model) if opts.model else scale
 
@@ -117,10 +118,10 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
                     "lr": lr, "warmup_steps": min(20, steps // 2), "seed": seed, **extra}  # fmt: skip
         return sft_model(directory, settings)
 
-    def grpo(directory: Path, start: Path, tasks: list[str]) -> dict[str, Any]:
+    def grpo(directory: Path, start: Path, tasks: list[str], steps: int) -> dict[str, Any]:
         begun = time.perf_counter()
         result = grpo_model(directory, {
-            "model": str(start), "tasks": tasks, "difficulty": "1-5", "steps": s.grpo_steps,
+            "model": str(start), "tasks": tasks, "difficulty": "1-5", "steps": steps,
             "prompts_per_step": s.prompts, "num_generations": s.generations, "max_completion_length": s.max_tokens,
             "temperature": s.temperature, "lr": 2e-5, "lr_schedule": "cosine", "beta": 0.04, "seed": seed,
             "save_every": 0, "keep_checkpoints": 0,
@@ -137,7 +138,12 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
     once(results, f"{key}/sft", train_base, say)
     base_model = base / "final_model"
     once(results, f"{key}/base", lambda: held_out(base_model, "base"), say)
-    once(results, f"{key}/grpo/train", lambda: grpo(out / key / "grpo", base_model, list(TARGETS)), say)
+    once(
+        results,
+        f"{key}/grpo/train",
+        lambda: grpo(out / key / "grpo", base_model, list(TARGETS), s.grpo_steps),
+        say,
+    )
     once(results, f"{key}/grpo", lambda: held_out(out / key / "grpo" / "final_model", "grpo"), say)
 
     distill_tasks = [DISTILLED, *SFT_TASKS]
@@ -161,7 +167,10 @@ def run_seed(opts: RecipeOptions, seed: int, results: Results, say: Say) -> None
     distilled = out / start["model"]
     once(results, f"{key}/distill-sft", lambda: held_out(distilled, "distill-sft"), say)
     training = once(
-        results, f"{key}/distill/train", lambda: grpo(out / key / "distill", distilled, [DISTILLED]), say
+        results,
+        f"{key}/distill/train",
+        lambda: grpo(out / key / "distill", distilled, [DISTILLED], s.distill_grpo_steps),
+        say,
     )
     once(results, f"{key}/distill", lambda: held_out(out / key / "distill" / "final_model", "distill"), say)
     # The control: the distilled model SFT'd for the wall time GRPO took from it (steps: a cap).
