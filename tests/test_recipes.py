@@ -191,3 +191,11 @@ def test_a_grpo_run_stopped_by_a_signal_is_an_interruption_not_a_result(tmp_path
     with pytest.raises(KeyboardInterrupt, match="stopped at step 1"):
         grpo_model(tmp_path / "run", settings, progress=interrupt)
     assert not (tmp_path / "run" / "final_model").exists()
+
+
+def test_distillation_checkpoints_are_listed_with_the_leading_zeros_in_one_item():
+    from axiom_rl.recipes.hard_problems import _checked
+
+    assert _checked([[2, 0.0], [4, 0.0], [6, 0.0125], [8, 0.1]]) == "0% at steps 2-4, step 6: 1%, step 8: 10%"
+    assert _checked([[2, 0.0], [4, 0.05]]) == "step 2: 0%, step 4: 5%"
+    assert _checked([[5, 0.2]]) == "step 5: 20%"

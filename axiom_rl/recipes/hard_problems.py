@@ -233,7 +233,7 @@ def tables(results: Results, seeds: list[int]) -> list[str]:
     )  # fmt: skip
     reached = markdown_table(
         ["seed", "GRPO's start (distillation step)", f"{DISTILLED}'s train-split success at each checkpoint tried"],
-        [[s, start["step"], ", ".join(f"step {n}: {rate:.0%}" for n, rate in start["reach"])]
+        [[s, start["step"], _checked(start["reach"])]
          for s in seeds if (start := results.get(f"s{s}/distill-start"))],
     )  # fmt: skip
     n = len(seeds)
@@ -244,6 +244,17 @@ def tables(results: Results, seeds: list[int]) -> list[str]:
         f"\n\n{reached}",
         f"## The goals\n\n{goal}",
     ]
+
+
+def _checked(reach: list[list[float]]) -> str:
+    """'0% at steps 2-32, step 34: 1%, step 36: 10%': the checkpoints tried, the leading run of
+    zeros (most of them) in one item."""
+    zeros = 0
+    while zeros < len(reach) and reach[zeros][1] == 0:
+        zeros += 1
+    items = [f"0% at steps {reach[0][0]:g}-{reach[zeros - 1][0]:g}"] if zeros > 1 else []
+    items += [f"step {step:g}: {rate:.0%}" for step, rate in reach[(zeros if zeros > 1 else 0) :]]
+    return ", ".join(items)
 
 
 def _yes(ok: bool) -> str:
