@@ -191,7 +191,9 @@ ARMS = {
 }
 
 
-def tables(results: Results, seeds: list[int]) -> list[str]:
+def tables(results: Results, seeds: list[int], reach: float) -> list[str]:
+    """The report's sections; `reach`: the scale's bar for GRPO's start."""
+
     def rates(arm: str, task: str) -> list[float]:
         return [results.get(f"s{s}/{arm}")["accuracy"].get(task) for s in seeds if results.get(f"s{s}/{arm}")]
 
@@ -240,7 +242,7 @@ def tables(results: Results, seeds: list[int]) -> list[str]:
     return [
         f"## Held-out accuracy per task (difficulty 3, {n} seed{'s' * (n > 1)}: mean ± sd)\n\n{per_task}",
         f"## What GRPO had to learn from\n\n{signal}",
-        f"## Where the distillation stopped (GRPO starts at the first checkpoint at >= {SCALES['cpu'].reach:.0%})"
+        f"## Where the distillation stopped (GRPO starts at the first checkpoint at >= {reach:.0%})"
         f"\n\n{reached}",
         f"## The goals\n\n{goal}",
     ]
@@ -265,7 +267,7 @@ def run(opts: RecipeOptions, say: Say) -> tuple[str, bool]:
     results = Results(opts.out)
     for seed in opts.seeds:
         run_seed(opts, seed, results, say)
-    sections = tables(results, opts.seeds)
+    sections = tables(results, opts.seeds, scale_of(opts).reach)
     examples = "\n\n".join(
         f"Seed {s}, after GRPO:\n\n```text\n"
         + results.get(f"s{s}/grpo")["edit_distance_example"].replace("`", "'")
