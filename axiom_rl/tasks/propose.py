@@ -14,8 +14,10 @@ bounded pattern, and at most MAX_NUMBERS numbers of at most four digits reach th
 
 from __future__ import annotations
 
+import functools
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ..types import FORMAT_ERROR, PASSED, SYNTAX_ERROR, WRONG_ANSWER, Problem, Verdict
@@ -52,10 +54,18 @@ def read_puzzle(completion: str) -> tuple[list[int], int] | None:
     return [int(n) for n in re.split(r"[ ,]+", found.group(1))], int(found.group(2))
 
 
-def solution(numbers: list[int], target: int) -> tuple[str | None, str]:
+def solution(numbers: Sequence[int], target: int) -> tuple[str | None, str]:
     """(an expression reaching the target, '') or (None, why there is none to be had)."""
+    return _solution(tuple(numbers), target)
+
+
+# A valid proposal is judged twice, by the verifier and by puzzle_of when the learnability reward
+# turns it into the solver's puzzle; the exact search (up to MAX_SOLVER_STATES states, seconds
+# for six numbers) is the costly part, and its answer depends on the puzzle alone.
+@functools.lru_cache(maxsize=4096)
+def _solution(numbers: tuple[int, ...], target: int) -> tuple[str | None, str]:
     try:
-        found = solve(numbers, target, MAX_SOLVER_STATES)
+        found = solve(list(numbers), target, MAX_SOLVER_STATES)
     except SearchBudgetExceeded:
         return None, f"the exact solver could not settle it within {MAX_SOLVER_STATES:,} states"
     return (found, "") if found is not None else (None, "no way to reach the target with these numbers")
