@@ -100,6 +100,10 @@ class TrainConfig(ModelOptions):
     prm_mode: str = "process"
     """How the prm and oracle_steps rewards count: process (per-step rewards into token-level
     advantages), or min, mean, last (that aggregate of the step scores added to the reward)."""
+    process_groups: str = "all"
+    """Which groups' process advantages (--prm-mode process) enter the loss: all, or mixed (only
+    groups whose outcome rewards differ). In a flat group the process term alone moves the
+    policy, and a learned PRM's errors are what it moves it toward (docs/results.md)."""
     solver: str | None = None
     """The model the `learnability` reward measures proposals against (a model directory, a hub
     name or tiny; default: the model training starts from): each proposed puzzle earns 4p(1-p) of
@@ -549,6 +553,7 @@ _CHOICES: dict[str, Callable[[], tuple[str, ...]]] = {
     ),
     "source": _registry(".sources", "SOURCES"),
     "prm_mode": _registry(".prm.components", "MODES"),
+    "process_groups": _fixed("all", "mixed"),
     "rollout_backend": _registry(".rollout", "BACKENDS"),
     "advantage": _registry(".algorithms", "ADVANTAGES"),
     "loss_type": _registry(".algorithms", "LOSSES"),

@@ -268,8 +268,8 @@ def test_oracle_steps_as_process_rewards_scale_with_their_weight(tmp_path, monke
     seen = []
     real = grpo_module.with_step_credit
 
-    def watched(outcome, scored, tokenizer, g, batch):
-        result = real(outcome, scored, tokenizer, g, batch)
+    def watched(outcome, scored, tokenizer, g, batch, groups):
+        result = real(outcome, scored, tokenizer, g, batch, groups)
         seen.append((scored, tokenizer, batch, result))
         return result
 
@@ -292,6 +292,44 @@ def test_oracle_steps_as_process_rewards_scale_with_their_weight(tmp_path, monke
         assert torch.allclose(result, expected.to(result.dtype), atol=1e-5)
         # the oracle's mean step label is logged, not added to the reward
         assert all(r == pytest.approx(c["countdown"]) for r, c in zip(scored.rewards, scored.components))
+
+
+@pytest.mark.parametrize("groups", ["all", "mixed"])
+def test_process_credit_only_in_groups_whose_outcomes_differ(groups):
+    """Two groups of two one-step completions, step rewards 1 and 0 in each; group 0's outcomes
+    differ (1, 0), group 1's are flat (0, 0). Worked by hand: in a group of rewards (1, 0) GRPO's
+    advantages and the normalised step rewards are both ±0.5 / (std 0.7071 + 1e-4) = ±0.70701; a
+    step's tokens get the outcome advantage + 0.5 × the step's term, tokens after the last step the
+    outcome advantage alone. With groups="mixed" the flat group gets no process term: 0 throughout."""
+    from axiom_rl.models.tiny import build_char_tokenizer
+    from axiom_rl.reward_stage import StepRewards
+    from axiom_rl.rollout import Rollout
+    from axiom_rl.train.batch import TokenBatch
+    from axiom_rl.train.grpo import Scored, with_step_credit
+
+    tok = build_char_tokenizer()
+    texts = ["1+2=3\n", "1+2=4\n", "2+2=4\n", "2+2=5\n"]
+    ids = [tok.encode(t, add_special_tokens=False) for t in texts]
+    assert [len(i) for i in ids] == [6] * 4  # one token a character
+    p = puzzle([1, 2, 3], 3)
+    scored = Scored(
+        problems=[p, p],
+        rollout=Rollout(prompt_ids=[[0]] * 4, completion_ids=ids, texts=texts, finished=[True] * 4),
+        verdicts=[], rewards=[1.0, 0.0, 0.0, 0.0], components=[{}] * 4,
+        steps=[StepRewards((5,), (v,)) for v in (1.0, 0.0, 1.0, 0.0)], step_weight=0.5,
+    )  # fmt: skip
+    zeros = torch.zeros(4, 6, dtype=torch.long)
+    batch = TokenBatch(zeros, zeros, zeros, zeros, zeros.float())
+    outcome = torch.tensor([0.70701, -0.70701, 0.0, 0.0])
+    result = with_step_credit(outcome, scored, tok, 2, batch, groups)
+    a = 0.70701
+    expected = torch.tensor([
+        [a + 0.5 * a] * 5 + [a],
+        [-a - 0.5 * a] * 5 + [-a],
+        [0.5 * a] * 5 + [0.0] if groups == "all" else [0.0] * 6,
+        [-0.5 * a] * 5 + [0.0] if groups == "all" else [0.0] * 6,
+    ])  # fmt: skip
+    assert torch.allclose(result, expected, atol=1e-4)
 
 
 def test_oracle_steps_modes():

@@ -145,11 +145,11 @@ def test_step_rewards_reach_the_loss_as_per_token_advantages(tmp_path, monkeypat
     tok = build_char_tokenizer()
     real = grpo_module.with_step_credit
 
-    def watched(outcome, scored, tokenizer, g, batch):
+    def watched(outcome, scored, tokenizer, g, batch, groups):
         scored_batches.append(
             ([list(r) for r in scored.rollout.completion_ids], list(scored.steps), list(scored.rewards))
         )
-        return real(outcome, scored, tokenizer, g, batch)
+        return real(outcome, scored, tokenizer, g, batch, groups)
 
     monkeypatch.setattr(grpo_module, "with_step_credit", watched)
     options = dict(

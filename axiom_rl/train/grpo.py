@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..algorithms import Estimator, Groups, policy_loss, regroupable, step_advantages
+from ..algorithms import Estimator, Groups, policy_loss, regroupable, step_advantages, zero_variance_groups
 from ..config import TrainConfig, save_config
 from ..io import hold_run_dir
 from ..models.load import (
@@ -232,12 +232,15 @@ def refill_flat_groups(
 
 
 def with_step_credit(
-    outcome: torch.Tensor, scored: Scored, tokenizer: Any, g: int, batch: TokenBatch
+    outcome: torch.Tensor, scored: Scored, tokenizer: Any, g: int, batch: TokenBatch, groups: str = "all"
 ) -> torch.Tensor:
     """The advantages the loss gets: the outcome advantages [B*G] as they are, or, where a reward
     component gave step rewards, [B*G, T]: each token's outcome advantage plus its process term
     (algorithms.step_advantages: its step's and later steps' rewards, normalised in the group),
-    scaled by the step components' weight."""
+    scaled by the step components' weight; with groups="mixed", the process term only in groups
+    whose outcome rewards differ: a group whose answers are all equally right or wrong has no
+    outcome advantage, and there a process reward alone would move the policy (toward a learned
+    PRM's errors, where it has them)."""
     if not any(s is not None for s in scored.steps):
         return outcome
     ends: list[list[int]] = []
@@ -250,6 +253,10 @@ def with_step_credit(
         ends.append(sorted(merged))
         values.append([merged[t] for t in sorted(merged)])
     process = step_advantages(ends, values, g, batch.completion_ids.shape[1])  # [B*G, T]
+    if groups == "mixed":
+        # scored.rewards leaves process-mode components out: they are the outcome rewards
+        flat = zero_variance_groups(torch.tensor(scored.rewards), g).repeat_interleave(g)
+        process = process.masked_fill(flat.unsqueeze(1), 0.0)
     return outcome.unsqueeze(1).to(process.dtype) + scored.step_weight * process
 
 
@@ -772,7 +779,7 @@ class Run:
         groups = Groups(group_keys(scored.problems, cfg.krpo_key), self.step, cfg.seed)
         info = self.estimator(rewards, cfg.num_generations, groups)
         advantages = with_step_credit(
-            info.advantages, scored, self.policy.tokenizer, cfg.num_generations, batch
+            info.advantages, scored, self.policy.tokenizer, cfg.num_generations, batch, cfg.process_groups
         )
         monitor.advantages_seen(info.advantages, rewards, self.estimator.warning())
         return rewards, info, advantages.to(self.policy.device)

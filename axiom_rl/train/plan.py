@@ -71,6 +71,7 @@ def plan_run(cfg: TrainConfig) -> Plan:
     choose("prompt style", cfg.prompt_style, field_choices("prompt_style"))
     choose("lr schedule", cfg.lr_schedule, field_choices("lr_schedule"))
     choose("krpo key", cfg.krpo_key, field_choices("krpo_key"))
+    choose("process groups", cfg.process_groups, field_choices("process_groups"))
     choose("overlap verification", cfg.overlap_verification, field_choices("overlap_verification"))
     at_least(
         ("steps", cfg.steps, 1),
