@@ -6,15 +6,23 @@ Per seed: the built-in micro model SFT'd on Countdown difficulty 1 in the steps 
 quickstart's SFT settings: 700 steps x 64, lr 2e-3 constant, 50 warm-up steps); its completions on
 2,000 train-split problems and 200 held-out ones, 8 samples each at T = 1.0, labelled by `prm
 label`; a PRM trained on the train-split labels (2,000 steps, otherwise `prm train`'s defaults) and
-evaluated on the held-out ones (`prm eval`); then three GRPO arms from the SFT'd model for the same wall time each
-(--minutes): outcome only (countdown), countdown + oracle_steps (λ 0.5), countdown + prm (λ 0.5 and
-0.1),
-each 16 prompts x 8 completions of at most 64 tokens, lr 2e-4, β 0.01, T 1.0, and each evaluated
+evaluated on the held-out ones (`prm eval`); then GRPO arms from the SFT'd model for the same wall
+time each (--minutes): outcome only (countdown), countdown + oracle_steps (λ 0.5), countdown + prm
+(λ 0.5 and 0.1); and countdown + prm (λ 0.5) with --process-groups mixed for the steps the plain λ
+0.5 arm took; each 16 prompts x 8 completions of at most 64 tokens, lr 2e-4, β 0.01, T 1.0, and each evaluated
 on 200 held-out problems x 4 samples at T = 1.0.
 
     python experiments/prm.py run --seeds 0 1 2 --minutes 3 --out runs/prm-experiment
     python experiments/prm.py report --out runs/prm-experiment
 
+The code tasks' Monte-Carlo labels (`code`): per seed, the curriculum experiment's code base (the
+micro model SFT'd on six code tasks' reference solutions, difficulties 1-5); its completions at
+T = 1.0 on train-split and held-out problems of every task and difficulty, 4 samples each; each
+line of a function body labelled by 4 continuations of its prefix from the same policy, verified
+in the sandbox (the label is the share that pass); a PRM trained on the train-split labels and
+evaluated on the held-out ones.
+
+    python experiments/prm.py code --seeds 0 1 2 --out runs/prm-code
 OUT/results.json holds each finished part (a stopped run resumes after the last one).
 """
 
@@ -31,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from curriculum import Results, quiet  # noqa: E402
+from curriculum import CODE, Results, quiet, sft_base  # noqa: E402
 
 from axiom_rl.cli import main as cli  # noqa: E402
 from axiom_rl.config import EvalConfig, SFTConfig, TrainConfig  # noqa: E402
@@ -46,7 +54,11 @@ ARMS = {
     "oracle_steps": {"rewards": "countdown:1.0,oracle_steps:0.5"},
     "prm": {"rewards": "countdown:1.0,prm:0.5"},
     "prm_small": {"rewards": "countdown:1.0,prm:0.1"},  # the learned PRM with a fifth of the weight
+    # λ 0.5 with process credit only in groups whose outcomes differ, for as many steps as the
+    # plain λ 0.5 arm took (the guard against hacking, compared step for step)
+    "prm_mixed": {"rewards": "countdown:1.0,prm:0.5", "process_groups": "mixed"},
 }
+STEPS_OF = {"prm_mixed": "prm"}  # arms run for the steps another arm took, not for --minutes
 
 
 def held_out(model: Path, db: Path, run: str, seed: int, count: int) -> float:
@@ -103,11 +115,15 @@ def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -
         if results.get(key) is not None:
             continue
         run_dir = base_dir / f"grpo-{arm}"
+        like = STEPS_OF.get(arm)
+        steps, seconds = (
+            (results.get(f"s{seed}/{like}")["steps"], 0.0) if like else (10**6, args.minutes * 60)
+        )
         start = time.perf_counter()
         result = train(
-            TrainConfig(model=str(base), tasks=["countdown"], difficulty="1", steps=10**6, prompts_per_step=16,
+            TrainConfig(model=str(base), tasks=["countdown"], difficulty="1", steps=steps, prompts_per_step=16,
                         num_generations=8, max_completion_length=MAX_TOKENS, lr=2e-4, beta=0.01, temperature=1.0,
-                        seed=seed, max_seconds=args.minutes * 60, save_every=0, output_dir=str(run_dir),
+                        seed=seed, max_seconds=seconds, save_every=0, output_dir=str(run_dir),
                         prm=str(base_dir / "prm") if arm.startswith("prm") else None, **settings),
             say=quiet,
         )  # fmt: skip
@@ -124,6 +140,58 @@ def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -
         })  # fmt: skip
 
 
+def run_code_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -> None:
+    """Monte-Carlo step labels on code, a PRM trained on them, and its held-out AUC and reranking."""
+    key = f"code/s{seed}"
+    if results.get(key) is not None:
+        return
+    base = sft_base(out, seed, results, args.code_sft_steps, CODE)
+    seed_dir = out / f"code-s{seed}"
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    db = seed_dir / "results.db"
+    label_s = 0.0
+    for split, count, name in (("train", args.code_train_count, "train-samples"), ("eval", 1, "held-out")):
+        labels = seed_dir / f"{name}.jsonl"
+        if labels.exists():
+            continue
+        evaluate(
+            EvalConfig(model=str(base), tasks=list(CODE.tasks), difficulty=CODE.difficulty, count=count, samples=4,
+                       temperature=CODE.temperature, split=split, max_completion_length=CODE.max_tokens, db=str(db),
+                       run_name=name, seed=seed, batch_size=128),
+            say=quiet,
+        )  # fmt: skip
+        start = time.perf_counter()
+        assert cli(["prm", "label", "--db", str(db), "--run", name, "--out", str(labels), "--model", str(base),
+                    "--continuations", str(args.continuations), "--max-tokens", str(CODE.max_tokens)]) == 0  # fmt: skip
+        label_s += time.perf_counter() - start
+    start = time.perf_counter()
+    assert cli(["prm", "train", "--model", str(base), "--labels", str(seed_dir / "train-samples.jsonl"),
+                "--out", str(seed_dir / "prm"), "--seed", str(seed), "--steps", str(args.code_prm_steps)]) == 0  # fmt: skip
+    prm_s = time.perf_counter() - start
+    figures = seed_dir / "prm-eval.json"
+    assert cli(["prm", "eval", "--prm", str(seed_dir / "prm"), "--labels", str(seed_dir / "held-out.jsonl"),
+                "--out", str(figures)]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in (seed_dir / "train-samples.jsonl").read_text().splitlines()]
+    steps = [x for row in rows for x in row["labels"]]
+    results.put(key, {**json.loads(figures.read_text()), "label_s": label_s, "prm_train_s": prm_s,
+                      "train_completions": len(rows), "train_steps": len(steps),
+                      "train_good": sum(x >= 0.5 for x in steps)})  # fmt: skip
+
+
+def code_report(out: Path) -> str:
+    results = {k: v for k, v in Results(out).data.items() if k.startswith("code/")}
+    lines = ["| seed | train steps (good) | held-out steps (good) | step AUC | one sample | best-of-4 (PRM, min) | majority | oracle |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for key, r in sorted(results.items()):
+        area = "n/a" if r["auc"] is None else format(r["auc"], ".3f")
+        lines.append(
+            f"| {key.split('/s')[1]} | {r['train_steps']} ({r['train_good'] / max(1, r['train_steps']):.0%}) | "
+            f"{r['steps']} ({r['good_steps'] / max(1, r['steps']):.0%}) | {area} | {r['single']:.1%} | "
+            f"{r['best_of_n_min']:.1%} | {r['majority']:.1%} | {r['oracle']:.1%} |"
+        )
+    return "\n".join(lines)
+
+
 def mean_spread(values: list[float]) -> str:
     if not values:
         return "-"
@@ -133,7 +201,7 @@ def mean_spread(values: list[float]) -> str:
 
 
 def report(out: Path) -> str:
-    results = Results(out).data
+    results = {k: v for k, v in Results(out).data.items() if not k.startswith("code/")}
     seeds = sorted({k.split("/")[0] for k in results})
     prm = [results[f"{s}/prm-model"] for s in seeds if f"{s}/prm-model" in results]
     lines = [f"seeds: {', '.join(seeds)}", "", "| seed | step AUC | one sample | best-of-8 (PRM, min) | majority | oracle |",
@@ -165,7 +233,7 @@ def report(out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["run", "report"])
+    parser.add_argument("what", choices=["run", "code", "report"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=3.0, help="wall time of each GRPO arm")
     parser.add_argument("--sft-steps", type=int, default=700, help="the base's SFT steps (the quickstart's)")
@@ -174,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--eval-count", type=int, default=200, help="held-out problems")
     parser.add_argument("--prm-steps", type=int, default=2000, help="prm train's steps")
+    parser.add_argument("--code-sft-steps", type=int, default=200, help="code: the base's SFT steps")
+    parser.add_argument(
+        "--code-train-count", type=int, default=2, help="code: train-split problems per task and difficulty"
+    )
+    parser.add_argument("--continuations", type=int, default=4, help="code: continuations per step")
+    parser.add_argument("--code-prm-steps", type=int, default=150, help="code: prm train's steps")
     parser.add_argument("--out", type=Path, default=Path("runs/prm-experiment"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +256,12 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             run_seed(args.out, seed, args, results)
             print(f"seed {seed} done", flush=True)
-    print(report(args.out))
+    if args.what == "code":
+        results = Results(args.out)
+        for seed in args.seeds:
+            run_code_seed(args.out, seed, args, results)
+            print(f"code, seed {seed} done", flush=True)
+    print(code_report(args.out) if args.what == "code" else report(args.out))
 
 
 if __name__ == "__main__":
