@@ -151,7 +151,9 @@ def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
             "--prm-steps", "2", "--out", str(tmp_path)]  # fmt: skip
     module.main(argv)
     results = json.loads((tmp_path / "results.json").read_text())
-    assert {"s0/prm-model", "s0/outcome", "s0/oracle_steps", "s0/prm"} <= set(results)
+    assert {"s0/prm-model", "s0/outcome", "s0/oracle_steps", "s0/prm", "s0/prm_mixed"} <= set(results)
+    # the gated arm runs for the steps the plain λ 0.5 arm took, whatever the clock
+    assert results["s0/prm_mixed"]["steps"] == results["s0/prm"]["steps"]
     model = results["s0/prm-model"]
     assert model["problems"] == 3 and 0 <= model["train_good"] <= model["train_steps"]
     assert all(results[f"s0/{arm}"]["steps"] >= 1 for arm in ("outcome", "oracle_steps"))
