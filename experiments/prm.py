@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         "--code-train-count", type=int, default=2, help="code: train-split problems per task and difficulty"
     )
     parser.add_argument("--continuations", type=int, default=4, help="code: continuations per step")
-    parser.add_argument("--code-prm-steps", type=int, default=150, help="code: prm train's steps")
+    parser.add_argument("--code-prm-steps", type=int, default=80, help="code: prm train's steps")
     parser.add_argument("--out", type=Path, default=Path("runs/prm-experiment"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
