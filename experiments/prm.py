@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,6 +72,23 @@ def held_out(model: Path, db: Path, run: str, seed: int, count: int) -> float:
     return summary[0]["success_rate"]
 
 
+def train_and_evaluate_prm(seed_dir: Path, base: Path, seed: int, steps: int) -> dict[str, Any]:
+    """`prm train` on seed_dir's train-samples.jsonl (on the base's body, into seed_dir/prm) and
+    `prm eval` on its held-out.jsonl: the eval's figures, the training's seconds and the training
+    labels' counts (a step is good at >= 0.5: Countdown's labels are 0 or 1, code's a share)."""
+    start = time.perf_counter()
+    assert cli(["prm", "train", "--model", str(base), "--labels", str(seed_dir / "train-samples.jsonl"),
+                "--out", str(seed_dir / "prm"), "--seed", str(seed), "--steps", str(steps)]) == 0  # fmt: skip
+    prm_s = time.perf_counter() - start
+    figures = seed_dir / "prm-eval.json"
+    assert cli(["prm", "eval", "--prm", str(seed_dir / "prm"), "--labels", str(seed_dir / "held-out.jsonl"),
+                "--out", str(figures)]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in (seed_dir / "train-samples.jsonl").read_text().splitlines()]
+    labels = [x for row in rows for x in row["labels"]]
+    return {**json.loads(figures.read_text()), "prm_train_s": prm_s, "train_completions": len(rows),
+            "train_steps": len(labels), "train_good": sum(x >= 0.5 for x in labels)}  # fmt: skip
+
+
 def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -> None:
     base_dir = out / f"s{seed}"
     base = base_dir / "sft" / "final_model"
@@ -98,18 +116,8 @@ def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -
                 )
                 == 0
             )
-        start = time.perf_counter()
-        assert cli(["prm", "train", "--model", str(base), "--labels", str(base_dir / "train-samples.jsonl"),
-                    "--out", str(base_dir / "prm"), "--seed", str(seed), "--steps", str(args.prm_steps)]) == 0  # fmt: skip
-        prm_s = time.perf_counter() - start
-        figures = base_dir / "prm-eval.json"
-        assert cli(["prm", "eval", "--prm", str(base_dir / "prm"), "--labels", str(base_dir / "held-out.jsonl"),
-                    "--out", str(figures)]) == 0  # fmt: skip
-        labels = [json.loads(line) for line in (base_dir / "train-samples.jsonl").read_text().splitlines()]
-        steps = [x for row in labels for x in row["labels"]]
-        results.put(f"s{seed}/prm-model", {**json.loads(figures.read_text()), "sft_s": sft_s, "prm_train_s": prm_s,
-                                     "train_steps": len(steps), "train_good": sum(steps),
-                                     "base_heldout": held_out(base, db, "base-heldout", seed, args.eval_count)})  # fmt: skip
+        results.put(f"s{seed}/prm-model", {**train_and_evaluate_prm(base_dir, base, seed, args.prm_steps), "sft_s": sft_s,
+                                           "base_heldout": held_out(base, db, "base-heldout", seed, args.eval_count)})  # fmt: skip
     for arm, settings in ARMS.items():
         key = f"s{seed}/{arm}"
         if results.get(key) is not None:
@@ -164,18 +172,9 @@ def run_code_seed(out: Path, seed: int, args: argparse.Namespace, results: Resul
         assert cli(["prm", "label", "--db", str(db), "--run", name, "--out", str(labels), "--model", str(base),
                     "--continuations", str(args.continuations), "--max-tokens", str(CODE.max_tokens)]) == 0  # fmt: skip
         label_s += time.perf_counter() - start
-    start = time.perf_counter()
-    assert cli(["prm", "train", "--model", str(base), "--labels", str(seed_dir / "train-samples.jsonl"),
-                "--out", str(seed_dir / "prm"), "--seed", str(seed), "--steps", str(args.code_prm_steps)]) == 0  # fmt: skip
-    prm_s = time.perf_counter() - start
-    figures = seed_dir / "prm-eval.json"
-    assert cli(["prm", "eval", "--prm", str(seed_dir / "prm"), "--labels", str(seed_dir / "held-out.jsonl"),
-                "--out", str(figures)]) == 0  # fmt: skip
-    rows = [json.loads(line) for line in (seed_dir / "train-samples.jsonl").read_text().splitlines()]
-    steps = [x for row in rows for x in row["labels"]]
-    results.put(key, {**json.loads(figures.read_text()), "label_s": label_s, "prm_train_s": prm_s,
-                      "train_completions": len(rows), "train_steps": len(steps),
-                      "train_good": sum(x >= 0.5 for x in steps)})  # fmt: skip
+    results.put(
+        key, {**train_and_evaluate_prm(seed_dir, base, seed, args.code_prm_steps), "label_s": label_s}
+    )
 
 
 def code_report(out: Path) -> str:
