@@ -23,6 +23,13 @@ in the sandbox (the label is the share that pass); a PRM trained on the train-sp
 evaluated on the held-out ones.
 
     python experiments/prm.py code --seeds 0 1 2 --out runs/prm-code
+
+A larger body for the Countdown PRM (`body`): per seed of a finished `run`, a built-in model of
+--body-size (tiny: 3.0M parameters, the policy's micro 0.8M) SFT'd as the policy was, then a PRM
+on its body trained and evaluated on the same labels, beside the policy-body PRM's figures.
+
+    python experiments/prm.py body --body-size tiny --seeds 0 1 2 --out runs/prm-experiment
+
 OUT/results.json holds each finished part (a stopped run resumes after the last one).
 """
 
@@ -72,16 +79,18 @@ def held_out(model: Path, db: Path, run: str, seed: int, count: int) -> float:
     return summary[0]["success_rate"]
 
 
-def train_and_evaluate_prm(seed_dir: Path, base: Path, seed: int, steps: int) -> dict[str, Any]:
-    """`prm train` on seed_dir's train-samples.jsonl (on the base's body, into seed_dir/prm) and
+def train_and_evaluate_prm(
+    seed_dir: Path, base: Path, seed: int, steps: int, name: str = "prm"
+) -> dict[str, Any]:
+    """`prm train` on seed_dir's train-samples.jsonl (on the base's body, into seed_dir/NAME) and
     `prm eval` on its held-out.jsonl: the eval's figures, the training's seconds and the training
     labels' counts (a step is good at >= 0.5: Countdown's labels are 0 or 1, code's a share)."""
     start = time.perf_counter()
     assert cli(["prm", "train", "--model", str(base), "--labels", str(seed_dir / "train-samples.jsonl"),
-                "--out", str(seed_dir / "prm"), "--seed", str(seed), "--steps", str(steps)]) == 0  # fmt: skip
+                "--out", str(seed_dir / name), "--seed", str(seed), "--steps", str(steps)]) == 0  # fmt: skip
     prm_s = time.perf_counter() - start
-    figures = seed_dir / "prm-eval.json"
-    assert cli(["prm", "eval", "--prm", str(seed_dir / "prm"), "--labels", str(seed_dir / "held-out.jsonl"),
+    figures = seed_dir / f"{name}-eval.json"
+    assert cli(["prm", "eval", "--prm", str(seed_dir / name), "--labels", str(seed_dir / "held-out.jsonl"),
                 "--out", str(figures)]) == 0  # fmt: skip
     rows = [json.loads(line) for line in (seed_dir / "train-samples.jsonl").read_text().splitlines()]
     labels = [x for row in rows for x in row["labels"]]
@@ -89,17 +98,23 @@ def train_and_evaluate_prm(seed_dir: Path, base: Path, seed: int, steps: int) ->
             "train_steps": len(labels), "train_good": sum(x >= 0.5 for x in labels)}  # fmt: skip
 
 
+def steps_style_sft(output_dir: Path, seed: int, steps: int, size: str = QuickstartConfig.tiny_size) -> float:
+    """The quickstart's SFT on Countdown difficulty 1 in the steps style, for a built-in model of
+    `size`; its seconds."""
+    settings = {k: v for k, v in sft_settings(QuickstartConfig()).items() if k != "seed"}
+    settings.update(prompt_style="steps", output_dir=str(output_dir), seed=seed, save_every=0, steps=steps,
+                    tiny_size=size)  # fmt: skip
+    start = time.perf_counter()
+    sft(SFTConfig(**settings), say=quiet)
+    return time.perf_counter() - start
+
+
 def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -> None:
     base_dir = out / f"s{seed}"
     base = base_dir / "sft" / "final_model"
     db = base_dir / "results.db"
     if results.get(f"s{seed}/prm-model") is None:
-        settings = {k: v for k, v in sft_settings(QuickstartConfig()).items() if k != "seed"}
-        settings.update(prompt_style="steps", output_dir=str(base_dir / "sft"), seed=seed, save_every=0,
-                        steps=args.sft_steps)  # fmt: skip
-        start = time.perf_counter()
-        sft(SFTConfig(**settings), say=quiet)
-        sft_s = time.perf_counter() - start
+        sft_s = steps_style_sft(base_dir / "sft", seed, args.sft_steps)
         for split, count, name in (
             ("train", args.train_count, "train-samples"),
             ("eval", args.eval_count, "held-out"),
@@ -146,6 +161,42 @@ def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -
             "zero_std_frac": statistics.fmean(r["zero_std_frac"] for r in rows),
             **{k: statistics.fmean(r[k] for r in rows[-tenth:]) for k in rows[-1] if k.startswith("reward/")},
         })  # fmt: skip
+
+
+def run_body_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -> None:
+    """A PRM on a larger body than the policy's: a built-in model of --body-size SFT'd as the
+    policy was (the same data, steps and settings), then trained and evaluated on the policy's
+    labels from `run` (the same completions, the same held-out set)."""
+    key = f"s{seed}/prm-body-{args.body_size}"
+    if results.get(key) is not None:
+        return
+    if results.get(f"s{seed}/prm-model") is None:
+        raise SystemExit(f"seed {seed} has no labels in {out}: run `prm.py run --seeds {seed}` there first")
+    seed_dir = out / f"s{seed}"
+    body = seed_dir / f"sft-{args.body_size}"
+    sft_s = steps_style_sft(body, seed, args.sft_steps, args.body_size)
+    figures = train_and_evaluate_prm(
+        seed_dir, body / "final_model", seed, args.prm_steps, f"prm-{args.body_size}"
+    )
+    results.put(key, {**figures, "sft_s": sft_s})
+
+
+def body_report(out: Path) -> str:
+    results = Results(out).data
+    lines = ["| seed | body | step AUC | one sample | best-of-8 (PRM, min) | majority | oracle | SFT, PRM train (s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    # each seed's policy-body PRM first, then the larger bodies
+    for key, r in sorted(results.items(), key=lambda kv: (kv[0].split("/")[0], "prm-body-" in kv[0], kv[0])):
+        seed, _, part = key.partition("/")
+        if part != "prm-model" and not part.startswith("prm-body-"):
+            continue
+        body = part.removeprefix("prm-body-") if part.startswith("prm-body-") else QuickstartConfig.tiny_size
+        area = "n/a" if r["auc"] is None else format(r["auc"], ".3f")
+        lines.append(
+            f"| {seed} | {body} | {area} | {r['single']:.1%} | {r['best_of_n_min']:.1%} | {r['majority']:.1%} | "
+            f"{r['oracle']:.1%} | {r['sft_s']:.0f}, {r['prm_train_s']:.0f} |"
+        )
+    return "\n".join(lines)
 
 
 def run_code_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -> None:
@@ -232,7 +283,7 @@ def report(out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["run", "code", "report"])
+    parser.add_argument("what", choices=["run", "code", "body", "report"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=3.0, help="wall time of each GRPO arm")
     parser.add_argument("--sft-steps", type=int, default=700, help="the base's SFT steps (the quickstart's)")
@@ -247,6 +298,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--continuations", type=int, default=4, help="code: continuations per step")
     parser.add_argument("--code-prm-steps", type=int, default=80, help="code: prm train's steps")
+    parser.add_argument(
+        "--body-size",
+        default="tiny",
+        choices=["tiny", "small"],
+        help="body: the larger built-in model's size",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/prm-experiment"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -260,7 +317,12 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             run_code_seed(args.out, seed, args, results)
             print(f"code, seed {seed} done", flush=True)
-    print(code_report(args.out) if args.what == "code" else report(args.out))
+    if args.what == "body":
+        results = Results(args.out)
+        for seed in args.seeds:
+            run_body_seed(args.out, seed, args, results)
+            print(f"{args.body_size} body, seed {seed} done", flush=True)
+    print({"code": code_report, "body": body_report}.get(args.what, report)(args.out))
 
 
 if __name__ == "__main__":

@@ -163,6 +163,13 @@ def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
     assert (tmp_path / "results.json").stat().st_mtime_ns == stamp
     out = capsys.readouterr().out
     assert "| SFT base |" in out and "| oracle_steps |" in out and "step AUC" in out
+    # a PRM on a larger body, trained and evaluated on the same labels, reported beside the first
+    module.main(["body", "--seeds", "0", "--sft-steps", "2", "--prm-steps", "2", "--out", str(tmp_path)])
+    body = json.loads((tmp_path / "results.json").read_text())["s0/prm-body-tiny"]
+    assert body["problems"] == model["problems"] and body["train_steps"] == model["train_steps"]
+    assert (tmp_path / "s0" / "prm-tiny").is_dir()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| s0 |")]
+    assert [row.split(" | ")[1] for row in rows] == ["micro", "tiny"]
 
 
 def test_the_selfplay_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
