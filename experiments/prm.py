@@ -137,65 +137,97 @@ def run_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -
         key = f"s{seed}/{arm}"
         if results.get(key) is not None:
             continue
-        run_dir = base_dir / f"grpo-{arm}"
         like = STEPS_OF.get(arm)
         steps, seconds = (
             (results.get(f"s{seed}/{like}")["steps"], 0.0) if like else (10**6, args.minutes * 60)
         )
-        start = time.perf_counter()
-        result = train(
-            TrainConfig(model=str(base), tasks=["countdown"], difficulty="1", steps=steps, prompts_per_step=16,
-                        num_generations=8, max_completion_length=MAX_TOKENS, lr=2e-4, beta=0.01, temperature=1.0,
-                        seed=seed, max_seconds=seconds, save_every=0, output_dir=str(run_dir),
-                        prm=str(base_dir / "prm") if arm.startswith("prm") else None, **settings),
-            say=quiet,
-        )  # fmt: skip
-        wall = time.perf_counter() - start
-        rows = result.metrics
-        tenth = max(1, len(rows) // 10)
-        results.put(key, {
-            "steps": result.steps, "wall_s": wall,
-            "heldout": held_out(run_dir / "final_model", db, f"grpo-{arm}", seed, args.eval_count),
-            "train_accuracy_first": statistics.fmean(r["accuracy"] for r in rows[:tenth]),
-            "train_accuracy_last": statistics.fmean(r["accuracy"] for r in rows[-tenth:]),
-            "zero_std_frac": statistics.fmean(r["zero_std_frac"] for r in rows),
-            **{k: statistics.fmean(r[k] for r in rows[-tenth:]) for k in rows[-1] if k.startswith("reward/")},
-        })  # fmt: skip
+        prm = base_dir / "prm" if arm.startswith("prm") else None
+        results.put(
+            key, grpo_arm(base, base_dir / f"grpo-{arm}", db, seed, settings, prm, steps, seconds, args)
+        )
+
+
+def grpo_arm(
+    base: Path, run_dir: Path, db: Path, seed: int, settings: dict[str, Any], prm: Path | None, steps: int,
+    seconds: float, args: argparse.Namespace,
+) -> dict[str, Any]:  # fmt: skip
+    """One GRPO arm from the SFT'd base (16 prompts x 8 completions, lr 2e-4, β 0.01, T 1.0) for
+    `steps` or `seconds`, whichever ends first: its held-out accuracy (run name: the run
+    directory's), training curve and reward components."""
+    start = time.perf_counter()
+    result = train(
+        TrainConfig(model=str(base), tasks=["countdown"], difficulty="1", steps=steps, prompts_per_step=16,
+                    num_generations=8, max_completion_length=MAX_TOKENS, lr=2e-4, beta=0.01, temperature=1.0,
+                    seed=seed, max_seconds=seconds, save_every=0, output_dir=str(run_dir),
+                    prm=None if prm is None else str(prm), **settings),
+        say=quiet,
+    )  # fmt: skip
+    wall = time.perf_counter() - start
+    rows = result.metrics
+    tenth = max(1, len(rows) // 10)
+    return {
+        "steps": result.steps, "wall_s": wall,
+        "heldout": held_out(run_dir / "final_model", db, run_dir.name, seed, args.eval_count),
+        "train_accuracy_first": statistics.fmean(r["accuracy"] for r in rows[:tenth]),
+        "train_accuracy_last": statistics.fmean(r["accuracy"] for r in rows[-tenth:]),
+        "zero_std_frac": statistics.fmean(r["zero_std_frac"] for r in rows),
+        **{k: statistics.fmean(r[k] for r in rows[-tenth:]) for k in rows[-1] if k.startswith("reward/")},
+    }  # fmt: skip
 
 
 def run_body_seed(out: Path, seed: int, args: argparse.Namespace, results: Results) -> None:
     """A PRM on a larger body than the policy's: a built-in model of --body-size SFT'd as the
     policy was (the same data, steps and settings), then trained and evaluated on the policy's
     labels from `run` (the same completions, the same held-out set)."""
-    key = f"s{seed}/prm-body-{args.body_size}"
-    if results.get(key) is not None:
-        return
     if results.get(f"s{seed}/prm-model") is None:
         raise SystemExit(f"seed {seed} has no labels in {out}: run `prm.py run --seeds {seed}` there first")
     seed_dir = out / f"s{seed}"
-    body = seed_dir / f"sft-{args.body_size}"
-    sft_s = steps_style_sft(body, seed, args.sft_steps, args.body_size)
-    figures = train_and_evaluate_prm(
-        seed_dir, body / "final_model", seed, args.prm_steps, f"prm-{args.body_size}"
-    )
-    results.put(key, {**figures, "sft_s": sft_s})
+    name = f"prm-{args.body_size}"
+    key = f"s{seed}/prm-body-{args.body_size}"
+    if results.get(key) is None:
+        body = seed_dir / f"sft-{args.body_size}"
+        sft_s = steps_style_sft(body, seed, args.sft_steps, args.body_size)
+        figures = train_and_evaluate_prm(seed_dir, body / "final_model", seed, args.prm_steps, name)
+        results.put(key, {**figures, "sft_s": sft_s})
+    if results.get(f"{key}/grpo") is None:
+        # the policy-body PRM's safe setting (λ 0.5, process credit where outcomes differ), for
+        # outcome-only's wall time
+        results.put(f"{key}/grpo", grpo_arm(seed_dir / "sft" / "final_model", seed_dir / f"grpo-prm_mixed-{args.body_size}",
+                                            seed_dir / "results.db", seed, ARMS["prm_mixed"], seed_dir / name,
+                                            10**6, args.minutes * 60, args))  # fmt: skip
 
 
 def body_report(out: Path) -> str:
+    """Each seed's PRMs (the policy's body first, then the larger ones) and GRPO with each at λ 0.5
+    where outcomes differ, beside outcome-only."""
     results = Results(out).data
+    prms = sorted(
+        (key.split("/")[0], key.split("/")[1].removeprefix("prm-body-"), r)
+        for key, r in results.items()
+        if key.count("/") == 1 and key.split("/")[1].startswith("prm-body-")
+    )
     lines = ["| seed | body | step AUC | one sample | best-of-8 (PRM, min) | majority | oracle | SFT, PRM train (s) |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    # each seed's policy-body PRM first, then the larger bodies
-    for key, r in sorted(results.items(), key=lambda kv: (kv[0].split("/")[0], "prm-body-" in kv[0], kv[0])):
-        seed, _, part = key.partition("/")
-        if part != "prm-model" and not part.startswith("prm-body-"):
-            continue
-        body = part.removeprefix("prm-body-") if part.startswith("prm-body-") else QuickstartConfig.tiny_size
+    for seed, size, r in [
+        (s, QuickstartConfig.tiny_size, results[f"{s}/prm-model"]) for s in sorted({p[0] for p in prms})
+    ] + prms:
         area = "n/a" if r["auc"] is None else format(r["auc"], ".3f")
         lines.append(
-            f"| {seed} | {body} | {area} | {r['single']:.1%} | {r['best_of_n_min']:.1%} | {r['majority']:.1%} | "
+            f"| {seed} | {size} | {area} | {r['single']:.1%} | {r['best_of_n_min']:.1%} | {r['majority']:.1%} | "
             f"{r['oracle']:.1%} | {r['sft_s']:.0f}, {r['prm_train_s']:.0f} |"
-        )
+        )  # fmt: skip
+    lines += [
+        "",
+        "| seed | arm | steps | held-out (T = 1.0) | over outcome-only, pts |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for seed, size, _ in prms:
+        outcome = results.get(f"{seed}/outcome")
+        for arm, r in ((f"prm_mixed ({QuickstartConfig.tiny_size} PRM)", results.get(f"{seed}/prm_mixed")),
+                       (f"prm_mixed ({size} PRM)", results.get(f"{seed}/prm-body-{size}/grpo"))):  # fmt: skip
+            if r is not None:
+                gain = "-" if outcome is None else f"{100 * (r['heldout'] - outcome['heldout']):+.1f}"
+                lines.append(f"| {seed} | {arm} | {r['steps']} | {r['heldout']:.1%} | {gain} |")
     return "\n".join(lines)
 
 

@@ -163,13 +163,22 @@ def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
     assert (tmp_path / "results.json").stat().st_mtime_ns == stamp
     out = capsys.readouterr().out
     assert "| SFT base |" in out and "| oracle_steps |" in out and "step AUC" in out
-    # a PRM on a larger body, trained and evaluated on the same labels, reported beside the first
-    module.main(["body", "--seeds", "0", "--sft-steps", "2", "--prm-steps", "2", "--out", str(tmp_path)])
-    body = json.loads((tmp_path / "results.json").read_text())["s0/prm-body-tiny"]
+    # a PRM on a larger body, trained and evaluated on the same labels, and GRPO with it, reported
+    # beside the policy-body PRM's
+    module.main(["body", "--seeds", "0", "--sft-steps", "2", "--prm-steps", "2", "--minutes", "0.05",
+                 "--out", str(tmp_path)])  # fmt: skip
+    results = json.loads((tmp_path / "results.json").read_text())
+    body = results["s0/prm-body-tiny"]
     assert body["problems"] == model["problems"] and body["train_steps"] == model["train_steps"]
-    assert (tmp_path / "s0" / "prm-tiny").is_dir()
+    assert results["s0/prm-body-tiny/grpo"]["steps"] >= 1 and (tmp_path / "s0" / "prm-tiny").is_dir()
+    assert "reward/prm" in results["s0/prm-body-tiny/grpo"]
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| s0 |")]
-    assert [row.split(" | ")[1] for row in rows] == ["micro", "tiny"]
+    assert [row.split(" | ")[1] for row in rows] == [
+        "micro",
+        "tiny",
+        "prm_mixed (micro PRM)",
+        "prm_mixed (tiny PRM)",
+    ]
 
 
 def test_the_selfplay_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
