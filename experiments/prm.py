@@ -26,7 +26,8 @@ evaluated on the held-out ones.
 
 A larger body for the Countdown PRM (`body`): per seed of a finished `run`, a built-in model of
 --body-size (tiny: 3.0M parameters, the policy's micro 0.8M) SFT'd as the policy was, then a PRM
-on its body trained and evaluated on the same labels, beside the policy-body PRM's figures.
+on its body trained and evaluated on the same labels, and a GRPO arm with it (λ 0.5, process
+credit where outcomes differ, --minutes), beside the policy-body PRM's figures.
 
     python experiments/prm.py body --body-size tiny --seeds 0 1 2 --out runs/prm-experiment
 
