@@ -1151,7 +1151,9 @@ _STYLE_OPTION = click.option(
 def prm_label(db: str, run_name: str, out_path: str, model: str | None, prompt_style: str, continuations: int,
               hard: bool, temperature: float, max_tokens: int) -> None:  # fmt: skip
     """Split every completion of RUN into steps and label each: Countdown exactly (arithmetic,
-    numbers still available, target still reachable), code by Monte-Carlo continuations."""
+    numbers still available, target still reachable), or_debug by the solver (a repair that
+    shrinks the conflict or reaches the optimum, a diagnosis that names part of it), code by
+    Monte-Carlo continuations."""
     from .eval.store import ResultsDB
     from .io import write_jsonl_atomic
     from .prm.labelling import label_run, policy_labeller

@@ -382,3 +382,70 @@ def test_a_wrong_step_is_labelled_0_and_an_unreadable_answer_has_no_trace(one):
     steps = repair_trace(one, answer("conflict:", "remove no_such_row"))
     assert steps[1].label == 0.0 and steps[1].status.startswith("not applied")
     assert repair_trace(one, "no answer") is None
+
+
+# ------------------------------------------------------------------ steps and labels for a PRM
+
+
+def test_or_debug_steps_are_the_answer_s_lines_in_the_order_written():
+    from axiom_rl.prm.steps import or_debug_steps, split_steps
+
+    text = "I think\n<answer>\nremove cap_a\n\n  conflict: cap_a, need_b  \n</answer> trailing"
+    steps = or_debug_steps(text)
+    assert [(s.kind, s.text) for s in steps] == [
+        ("repair", "remove cap_a"),
+        ("diagnosis", "conflict: cap_a, need_b"),
+    ]
+    assert [text[: s.end].endswith(t) for s, t in zip(steps, ["remove cap_a", "need_b"])] == [True, True]
+    # the prompt opened the tag (the compact style): the text before the closing one
+    assert [s.kind for s in or_debug_steps("conflict: a\nremove a\n</answer>")] == ["diagnosis", "repair"]
+    # the last answer is the one read; an answer that cannot be read has no steps
+    two = "<answer>\nconflict: x\n</answer> no, <answer>\nconflict: y\nremove y\n</answer>"
+    assert [s.text for s in or_debug_steps(two)] == ["conflict: y", "remove y"]
+    assert or_debug_steps("<answer>\nconflict: a\nfix it somehow\n</answer>") == []
+    assert or_debug_steps("no answer") == []
+    assert split_steps(Problem(id="o", task="or_debug", difficulty=1, prompt=""), text) == steps
+
+
+def test_or_debug_step_labels_follow_the_text_and_the_solver(one):
+    """The reference repair: the diagnosis names the conflict (0.5), the undo reaches the intended
+    optimum (1.0); written repair-first, the labels follow the text. A diagnosis outside the
+    conflict and the removal of a constraint outside it: 0 and 0."""
+    from axiom_rl.prm.labels import exact_labels, or_debug_labels
+
+    reference = TASK.reference_completion(one)
+    assert or_debug_labels(one, reference) == [0.5, 1.0]
+    conflict_line, repair_line = reference.split("<answer>")[1].split("</answer>")[0].strip().splitlines()
+    assert or_debug_labels(one, answer(repair_line, conflict_line)) == [1.0, 0.5]
+    outside = next(c.name for c in model_of(one).constraints if c.name not in one.metadata["conflict"])
+    assert or_debug_labels(one, answer(f"conflict: {outside}", f"remove {outside}")) == [0.0, 0.0]
+    assert or_debug_labels(one, "no answer") == []
+    assert exact_labels(one, reference) == [0.5, 1.0]
+
+
+def test_prm_label_and_the_oracle_steps_reward_read_or_debug_runs(one, tmp_path):
+    """`prm label` on a real results database of or_debug attempts: the solver's labels, no policy
+    needed; the oracle_steps reward gives the same labels as step rewards."""
+    from axiom_rl.cli import main
+    from axiom_rl.eval.store import Attempt, ResultsDB
+    from axiom_rl.prm.components import OracleSteps
+    from axiom_rl.prm.labels import read_labels
+    from axiom_rl.prm.steps import or_debug_steps
+
+    outside = next(c.name for c in model_of(one).constraints if c.name not in one.metadata["conflict"])
+    texts = [TASK.reference_completion(one), answer(f"conflict: {outside}", f"remove {outside}"), "garble"]
+    db = tmp_path / "results.db"
+    with ResultsDB(db) as store:
+        run = store.start_run("samples", "hand-written", {"samples": 3})
+        verdicts = [TASK.score(one, t) for t in texts]
+        store.add_batch(run, [one], [Attempt(one.id, k, t, float(v.status == PASSED), v.status, v.passed, v.total,
+                                             len(t), 0.0) for k, (t, v) in enumerate(zip(texts, verdicts))])  # fmt: skip
+    out = tmp_path / "labels.jsonl"
+    assert main(["prm", "label", "--db", str(db), "--run", "samples", "--out", str(out)]) == 0
+    labelled = sorted(read_labels(str(out)), key=lambda e: e.sample)
+    assert [list(e.labels) for e in labelled] == [[0.5, 1.0], [0.0, 0.0], []]
+    assert [e.passed for e in labelled] == [True, False, False]
+    scores = OracleSteps().score([one] * 3, texts, verdicts)
+    assert [s.values if s else None for s in scores.steps] == [(0.5, 1.0), (0.0, 0.0), None]
+    assert scores.steps[0].ends == tuple(s.end for s in or_debug_steps(texts[0]))
+    assert scores.rows == [0.75, 0.0, 0.0]  # logged: the mean step reward

@@ -53,7 +53,7 @@ def test_countdown_steps_are_the_equations_then_the_answer():
     assert len(countdown_steps("1+1=2\n" * 500)) == 31  # bounded: 31 equations, room for the answer
     assert len(countdown_steps("1+1=2\n" * 500 + "<answer>2</answer>")) <= 32
     with pytest.raises(UserError, match="no step segmentation"):
-        split_steps(Problem(id="o", task="or_debug", difficulty=1, prompt=""), "x")
+        split_steps(Problem(id="o", task="propose_countdown", difficulty=1, prompt=""), "x")
 
 
 def test_countdown_labels_hand_worked():

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import UserError
 from ..reward_stage import ComponentScores, RewardComponent, StepRewards, register_component
 from ..types import Problem, Verdict
-from .steps import countdown_steps, has_steps, split_steps
+from .steps import has_steps, split_steps
 
 MODES = ("process", "min", "mean", "last")
 
@@ -57,9 +57,9 @@ def step_scores(
 
 @register_component("oracle_steps")
 class OracleSteps(RewardComponent):
-    """The exact step labels of labels.countdown_labels as step rewards (1 good, 0 bad): what a
-    perfect process reward model would give, where it is cheap to know. Other tasks' completions
-    get no steps and 0."""
+    """The verifier's exact step labels (labels.exact_labels: Countdown's 1 good / 0 bad, or_debug's
+    solver labels) as step rewards: what a perfect process reward model would give, where it is
+    cheap to know. Other tasks' completions get no steps and 0."""
 
     def __init__(self, mode: str = "process") -> None:
         self.mode = check_mode(mode)
@@ -67,17 +67,17 @@ class OracleSteps(RewardComponent):
     def score(
         self, problems: Sequence[Problem], completions: Sequence[str], verdicts: Sequence[Verdict]
     ) -> ComponentScores:
-        from .labels import countdown_labels
+        from .labels import exact_labels
 
         ends, values = [], []
         for problem, completion in zip(problems, completions):
-            if problem.task != "countdown":
+            if problem.task not in ("countdown", "or_debug"):
                 ends.append(())
                 values.append(())
                 continue
-            steps = countdown_steps(completion)
+            steps = split_steps(problem, completion)
             ends.append(tuple(s.end for s in steps))
-            values.append(tuple(countdown_labels(problem, completion, steps)))
+            values.append(tuple(exact_labels(problem, completion, steps) or ()))
         return step_scores(ends, values, self.mode)
 
 

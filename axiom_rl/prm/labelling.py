@@ -1,6 +1,6 @@
 """`axiom-rl prm label`: an evaluation run's completions, split into steps and labelled.
 
-Countdown's steps get exact labels; code's, Monte-Carlo labels from a policy (its continuations
+Countdown's and or_debug's steps get exact labels (the solver's, for or_debug); code's, Monte-Carlo labels from a policy (its continuations
 sampled with the rollout backends, verified in the sandbox)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..types import PASSED, Problem
-from .labels import Labelled, countdown_labels, monte_carlo_labels
+from .labels import Labelled, exact_labels, monte_carlo_labels
 from .steps import has_steps, split_steps
 
 # (problems, completions) -> one label per step, per completion
@@ -27,10 +27,10 @@ def label_run(store: Any, run_name: str, code_labeller: CodeLabeller | None = No
     if without:
         raise UserError(
             f"run {run_name!r} has attempts of tasks without a step segmentation: {', '.join(without)} "
-            "(countdown and the code tasks have one)"
+            "(countdown, or_debug and the code tasks have one)"
         )
     problems = {pid: store.problem(pid) for pid in {a["problem_id"] for a in attempts}}
-    code = [a for a in attempts if a["task"] != "countdown"]
+    code = [a for a in attempts if a["task"] not in ("countdown", "or_debug")]
     if code and code_labeller is None:
         raise UserError(
             "code steps are labelled by sampling continuations of each step from a policy: give --model"
@@ -44,9 +44,9 @@ def label_run(store: Any, run_name: str, code_labeller: CodeLabeller | None = No
     for a in attempts:
         problem, completion = problems[a["problem_id"]], a["completion"]
         steps = split_steps(problem, completion)
-        labels = (
-            countdown_labels(problem, completion, steps) if a["task"] == "countdown" else next(code_labels)
-        )
+        labels = exact_labels(problem, completion, steps)
+        if labels is None:
+            labels = next(code_labels)
         ends = tuple(s.end for s in steps)
         out.append(
             Labelled(problem, completion, ends, tuple(labels), a["status"] == PASSED, int(a["sample"]))

@@ -94,6 +94,34 @@ def countdown_labels(problem: Problem, completion: str, steps: Sequence[Step] | 
     return labels
 
 
+def or_debug_labels(problem: Problem, completion: str, steps: Sequence[Step] | None = None) -> list[float]:
+    """One label per step of or_debug_steps(completion), by the solver (tasks/or_debug/trace.py:
+    the diagnosis 0.5 when it names part of the conflict, a repair 1.0 when it shrinks the IIS or
+    reaches the intended optimum, else 0)."""
+    from ..tasks.or_debug.trace import repair_trace
+    from .steps import or_debug_steps
+
+    steps = or_debug_steps(completion) if steps is None else steps
+    trace = repair_trace(problem, completion) if steps else None
+    if trace is None:
+        return []
+    # the trace has the diagnosis first, then the repairs in order; the steps are in text order
+    repairs = iter(step.label for step in trace[1:])
+    return [trace[0].label if step.kind == "diagnosis" else next(repairs) for step in steps]
+
+
+def exact_labels(
+    problem: Problem, completion: str, steps: Sequence[Step] | None = None
+) -> list[float] | None:
+    """The verifier's own labels for the completion's steps where a task has them (countdown,
+    or_debug); None for a task whose labels come from sampling (code)."""
+    if problem.task == "countdown":
+        return countdown_labels(problem, completion, steps)
+    if problem.task == "or_debug":
+        return or_debug_labels(problem, completion, steps)
+    return None
+
+
 # (prompts, k) -> k continuations of each prompt; (problems, completions) -> passed, per row.
 Sampler = Callable[[Sequence[str], int], list[list[str]]]
 Verify = Callable[[Sequence[Problem], Sequence[str]], list[bool]]

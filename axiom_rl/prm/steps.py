@@ -8,6 +8,10 @@ style has the model write one equation a line (tasks/countdown.py).
 Code: growing prefixes of the function: each non-blank line after the `def` line of the
 completion's code (up to its closing fence) is a step, ending where the line ends.
 
+or_debug: the lines of its answer, when the answer can be read (tasks/or_debug/answer.py): the
+diagnosis (`conflict: ...`) and each repair line, in the order written. An answer that cannot be
+read has no steps (its verdict is a format error).
+
 A completion is the policy's text: patterns are bounded, at most MAX_STEPS steps are read and
 only the first MAX_SCANNED characters are searched.
 """
@@ -33,7 +37,7 @@ class Step:
 
     text: str
     end: int
-    kind: str  # "equation", "answer" or "line"
+    kind: str  # "equation", "answer", "line", "diagnosis" or "repair"
 
 
 def countdown_steps(completion: str) -> list[Step]:
@@ -70,18 +74,46 @@ def code_steps(completion: str) -> list[Step]:
     return steps
 
 
+def or_debug_steps(completion: str) -> list[Step]:
+    from ..tags import tagged_spans
+    from ..tasks.or_debug.answer import is_conflict_line, parse_answer
+    from ..tasks.or_debug.model import ModelError
+
+    try:
+        parse_answer(completion)  # the same reading the labels and the verdict make
+    except ModelError:
+        return []
+    # where answer_body's text lies: the last closed span, or before a lone closing tag
+    spans = tagged_spans(completion, ANSWER_OPEN, ANSWER_CLOSE)
+    start = spans[-1][0] + len(ANSWER_OPEN) if spans else 0
+    end = spans[-1][1] - len(ANSWER_CLOSE) if spans else completion.find(ANSWER_CLOSE)
+    steps: list[Step] = []
+    pos = start
+    for line in completion[start:end].splitlines(keepends=True):
+        line_start, pos = pos, pos + len(line)
+        text = line.strip()
+        if text:
+            kind = "diagnosis" if is_conflict_line(text) else "repair"
+            steps.append(Step(text, line_start + len(line.rstrip()), kind))
+    return steps
+
+
 def has_steps(task: str) -> bool:
     """Whether completions of `task` can be split into steps."""
     from ..tasks import get_task
     from ..tasks.base import CodeTask
 
-    return task == "countdown" or isinstance(get_task(task), CodeTask)
+    return task in ("countdown", "or_debug") or isinstance(get_task(task), CodeTask)
 
 
 def split_steps(problem: Problem, completion: str) -> list[Step]:
     """The completion's steps, by its problem's task; UserError for a task without a segmentation."""
     if problem.task == "countdown":
         return countdown_steps(completion)
+    if problem.task == "or_debug":
+        return or_debug_steps(completion)
     if has_steps(problem.task):
         return code_steps(completion)
-    raise UserError(f"task {problem.task!r} has no step segmentation (countdown and the code tasks have one)")
+    raise UserError(
+        f"task {problem.task!r} has no step segmentation (countdown, or_debug and the code tasks have one)"
+    )

@@ -56,6 +56,11 @@ def parse_action(line: str) -> Action | None:
     return None
 
 
+def is_conflict_line(line: str) -> bool:
+    """Whether a stripped answer line is the diagnosis (`conflict: ...`)."""
+    return _CONFLICT.match(line) is not None
+
+
 def parse_answer(completion: str) -> RepairAnswer:
     """The answer in `completion`, or ModelError saying what does not follow the format."""
     body = answer_body(completion)
