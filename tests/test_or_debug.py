@@ -5,6 +5,7 @@ train test trains the built-in model for three steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -429,6 +430,7 @@ def test_prm_label_and_the_oracle_steps_reward_read_or_debug_runs(one, tmp_path)
     from axiom_rl.cli import main
     from axiom_rl.eval.store import Attempt, ResultsDB
     from axiom_rl.prm.components import OracleSteps
+    from axiom_rl.prm.evaluation import rerank
     from axiom_rl.prm.labels import read_labels
     from axiom_rl.prm.steps import or_debug_steps
 
@@ -445,6 +447,9 @@ def test_prm_label_and_the_oracle_steps_reward_read_or_debug_runs(one, tmp_path)
     labelled = sorted(read_labels(str(out)), key=lambda e: e.sample)
     assert [list(e.labels) for e in labelled] == [[0.5, 1.0], [0.0, 0.0], []]
     assert [e.passed for e in labelled] == [True, False, False]
+    # majority vote counts answers: two samples of the same wrong repair outvote the right one
+    voters = [labelled[0], labelled[1], dataclasses.replace(labelled[1], sample=3)]
+    assert rerank(voters, [[0.0], [0.0], [0.0]]).majority == 0.0
     scores = OracleSteps().score([one] * 3, texts, verdicts)
     assert [s.values if s else None for s in scores.steps] == [(0.5, 1.0), (0.0, 0.0), None]
     assert scores.steps[0].ends == tuple(s.end for s in or_debug_steps(texts[0]))

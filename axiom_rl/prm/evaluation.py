@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..tags import answer_body
 from ..tasks.countdown import extract_answer
 from ..verifier import extract_code
 from .components import aggregate
@@ -36,10 +37,12 @@ def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
 
 
 def final_answer(example: Labelled) -> str:
-    """What majority vote counts as the same answer: Countdown's answer, a program's code, without
-    whitespace ("" when there is none: all such count as one answer)."""
+    """What majority vote counts as the same answer: Countdown's answer, or_debug's answer body, a
+    program's code, without whitespace ("" when there is none: all such count as one answer)."""
     if example.problem.task == "countdown":
         found = extract_answer(example.completion)
+    elif example.problem.task == "or_debug":
+        found = answer_body(example.completion)
     else:
         found = extract_code(example.completion, example.problem.entry_point)
     return "".join((found or "").split())
