@@ -67,11 +67,11 @@ class OracleSteps(RewardComponent):
     def score(
         self, problems: Sequence[Problem], completions: Sequence[str], verdicts: Sequence[Verdict]
     ) -> ComponentScores:
-        from .labels import exact_labels
+        from .labels import EXACTLY_LABELLED, exact_labels
 
         ends, values = [], []
         for problem, completion in zip(problems, completions):
-            if problem.task not in ("countdown", "or_debug"):
+            if problem.task not in EXACTLY_LABELLED:
                 ends.append(())
                 values.append(())
                 continue

@@ -1,7 +1,8 @@
 """`axiom-rl prm label`: an evaluation run's completions, split into steps and labelled.
 
-Countdown's and or_debug's steps get exact labels (the solver's, for or_debug); code's, Monte-Carlo labels from a policy (its continuations
-sampled with the rollout backends, verified in the sandbox)."""
+Countdown's and or_debug's steps get exact labels (the solver's, for or_debug); code's,
+Monte-Carlo labels from a policy (its continuations sampled with the rollout backends, verified in
+the sandbox)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..types import PASSED, Problem
-from .labels import Labelled, exact_labels, monte_carlo_labels
+from .labels import EXACTLY_LABELLED, Labelled, exact_labels, monte_carlo_labels
 from .steps import has_steps, split_steps
 
 # (problems, completions) -> one label per step, per completion
@@ -30,7 +31,7 @@ def label_run(store: Any, run_name: str, code_labeller: CodeLabeller | None = No
             "(countdown, or_debug and the code tasks have one)"
         )
     problems = {pid: store.problem(pid) for pid in {a["problem_id"] for a in attempts}}
-    code = [a for a in attempts if a["task"] not in ("countdown", "or_debug")]
+    code = [a for a in attempts if a["task"] not in EXACTLY_LABELLED]
     if code and code_labeller is None:
         raise UserError(
             "code steps are labelled by sampling continuations of each step from a policy: give --model"

@@ -110,6 +110,9 @@ def or_debug_labels(problem: Problem, completion: str, steps: Sequence[Step] | N
     return [trace[0].label if step.kind == "diagnosis" else next(repairs) for step in steps]
 
 
+EXACTLY_LABELLED = ("countdown", "or_debug")  # the tasks whose verifier labels each step itself
+
+
 def exact_labels(
     problem: Problem, completion: str, steps: Sequence[Step] | None = None
 ) -> list[float] | None:

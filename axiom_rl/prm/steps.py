@@ -13,7 +13,8 @@ diagnosis (`conflict: ...`) and each repair line, in the order written. An answe
 read has no steps (its verdict is a format error).
 
 A completion is the policy's text: patterns are bounded, at most MAX_STEPS steps are read and
-only the first MAX_SCANNED characters are searched.
+only the first MAX_SCANNED characters are searched (or_debug's answer is read by its own bounded
+parser: at most MAX_ANSWER_CHARS characters and MAX_ACTIONS repairs, found in linear time).
 """
 
 from __future__ import annotations
