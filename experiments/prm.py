@@ -283,6 +283,41 @@ def mean_spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.1%} ± {statistics.stdev(values):.1%}"
 
 
+STEP_CLOCK = ("time_rollout_s", "time_reward_s", "time_update_s", "time_reference_s")
+
+
+def time_to_accuracy(metrics: Path, wall_s: float, target: float, window: int) -> float | None:
+    """Seconds into a GRPO run when the mean training accuracy of `window` consecutive steps first
+    reaches `target`, or None if it never does. Each step's time is its logged stage times, scaled
+    so that the run's steps add up to its wall time (the stages leave out the logging between them)."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    spent = [sum(r.get(k, 0.0) for k in STEP_CLOCK) for r in rows]
+    scale = wall_s / max(sum(spent), 1e-9)
+    clock = 0.0
+    for i, step_s in enumerate(spent):
+        clock += step_s * scale
+        if (
+            i + 1 >= window
+            and statistics.fmean(x["accuracy"] for x in rows[i + 1 - window : i + 1]) >= target
+        ):
+            return clock
+    return None
+
+
+def to_outcome_accuracy(out: Path, seed: str, arm: str, results: dict[str, Any]) -> float | None:
+    """An arm's time to outcome-only's final training accuracy (the mean of its last tenth of the
+    steps, over windows of that many steps), as a multiple of outcome-only's own time to it."""
+    outcome = results[f"{seed}/outcome"]
+    window = max(1, outcome["steps"] // 10)
+
+    def seconds(name: str) -> float | None:
+        return time_to_accuracy(out / seed / f"grpo-{name}" / "metrics.jsonl", results[f"{seed}/{name}"]["wall_s"],
+                                outcome["train_accuracy_last"] - 1e-12, window)  # fmt: skip
+
+    base, mine = seconds("outcome"), seconds(arm)
+    return None if base is None or mine is None else mine / base
+
+
 def report(out: Path) -> str:
     results = {k: v for k, v in Results(out).data.items() if not k.startswith("code/")}
     seeds = sorted({k.split("/")[0] for k in results})
@@ -293,10 +328,11 @@ def report(out: Path) -> str:
         lines.append(
             f"| {s} | {'n/a' if r['auc'] is None else format(r['auc'], '.3f')} | {r['single']:.1%} | {r['best_of_n_min']:.1%} | {r['majority']:.1%} | {r['oracle']:.1%} |"
         )
-    lines += ["", "| arm | seeds | steps | held-out (T = 1.0) | over outcome-only, pts | zero-variance fraction |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines += ["", "| arm | seeds | steps | held-out (T = 1.0) | over outcome-only, pts | zero-variance fraction | "
+              "time to outcome-only's final training accuracy, × its |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
     base = [r["base_heldout"] for r in prm]
-    lines.append(f"| SFT base | {len(base)} | - | {mean_spread(base)} | - | - |")
+    lines.append(f"| SFT base | {len(base)} | - | {mean_spread(base)} | - | - | - |")
     outcome = {s: results[f"{s}/outcome"]["heldout"] for s in seeds if f"{s}/outcome" in results}
     for arm in ARMS:
         runs = {s: results[f"{s}/{arm}"] for s in seeds if f"{s}/{arm}" in results}
@@ -306,10 +342,17 @@ def report(out: Path) -> str:
         gain = f"{statistics.fmean(gains):+.1f}" + (
             f" ± {statistics.stdev(gains):.1f}" if len(gains) > 1 else ""
         )
+        times = [to_outcome_accuracy(out, s, arm, results) for s in runs if s in outcome]
+        reached = [f"{t:.2f}" for t in times if t is not None]
+        when = (
+            "-"
+            if arm == "outcome"
+            else f"{', '.join(reached) or 'never'} ({len(reached)} of {len(times)} seeds)"
+        )
         lines.append(
             f"| {arm} | {len(runs)} | {statistics.fmean(r['steps'] for r in runs.values()):.0f} | "
             f"{mean_spread([r['heldout'] for r in runs.values()])} | {gain if arm != 'outcome' else '-'} | "
-            f"{statistics.fmean(r['zero_std_frac'] for r in runs.values()):.3f} |"
+            f"{statistics.fmean(r['zero_std_frac'] for r in runs.values()):.3f} | {when} |"
         )
     return "\n".join(lines)
 

@@ -142,6 +142,18 @@ def test_the_or_debug_experiment_runs_and_reports(tmp_path: Path, capsys):
     assert results["or_debug/s0/sft-more"]["wall_s"] > 0
 
 
+def test_time_to_accuracy_reads_a_run_s_clock_and_windows(tmp_path: Path):
+    """Four steps of 1 s logged in a run of 8 s wall (each step counts 2 s); over windows of 2
+    steps, accuracy 0, 0.5, 1, 1 first averages 0.75 at the third step: 6 s in."""
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"accuracy": a, "time_rollout_s": 0.5, "time_update_s": 0.5} for a in (0.0, 0.5, 1.0, 1.0)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    module = experiment("prm")
+    assert module.time_to_accuracy(metrics, 8.0, 0.75, 2) == pytest.approx(6.0)
+    assert module.time_to_accuracy(metrics, 8.0, 0.5, 1) == pytest.approx(4.0)
+    assert module.time_to_accuracy(metrics, 8.0, 1.01, 2) is None
+
+
 @pytest.mark.slow
 def test_the_prm_experiment_runs_resumes_and_reports(tmp_path: Path, capsys):
     """experiments/prm.py end to end at a tiny size: every part recorded, a second run resumes
