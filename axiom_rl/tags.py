@@ -34,15 +34,24 @@ def tagged_bodies(text: str, opening: str, closing: str) -> list[str]:
     ]
 
 
+def answer_body_span(
+    text: str, opening: str = "<answer>", closing: str = "</answer>"
+) -> tuple[int, int] | None:
+    """(start, end) of answer_body's text in `text`, or None when it has none."""
+    spans = tagged_spans(text, opening, closing)
+    if spans:
+        start, end = spans[-1]
+        return start + len(opening), end - len(closing)
+    if closing in text and opening not in text:
+        return 0, text.find(closing)
+    return None
+
+
 def answer_body(text: str, opening: str = "<answer>", closing: str = "</answer>") -> str | None:
     """The last `opening`...`closing` body as written. If the prompt opened the tag (a closing
     tag but no opening one), the text before the first `closing`. Else None."""
-    found = tagged_bodies(text, opening, closing)
-    if found:
-        return found[-1]
-    if closing in text and opening not in text:
-        return text.split(closing, 1)[0]
-    return None
+    span = answer_body_span(text, opening, closing)
+    return None if span is None else text[span[0] : span[1]]
 
 
 def without_spans(text: str, opening: str, closing: str) -> str:

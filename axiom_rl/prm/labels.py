@@ -110,19 +110,18 @@ def or_debug_labels(problem: Problem, completion: str, steps: Sequence[Step] | N
     return [trace[0].label if step.kind == "diagnosis" else next(repairs) for step in steps]
 
 
-EXACTLY_LABELLED = ("countdown", "or_debug")  # the tasks whose verifier labels each step itself
+# the tasks whose verifier labels each step itself; the others' labels come from sampling (code)
+EXACT_LABELLERS = {"countdown": countdown_labels, "or_debug": or_debug_labels}
+EXACTLY_LABELLED = tuple(EXACT_LABELLERS)
 
 
 def exact_labels(
     problem: Problem, completion: str, steps: Sequence[Step] | None = None
 ) -> list[float] | None:
-    """The verifier's own labels for the completion's steps where a task has them (countdown,
-    or_debug); None for a task whose labels come from sampling (code)."""
-    if problem.task == "countdown":
-        return countdown_labels(problem, completion, steps)
-    if problem.task == "or_debug":
-        return or_debug_labels(problem, completion, steps)
-    return None
+    """The verifier's own labels for the completion's steps where its task has them; None for a
+    task whose labels come from sampling (code)."""
+    labeller = EXACT_LABELLERS.get(problem.task)
+    return None if labeller is None else labeller(problem, completion, steps)
 
 
 # (prompts, k) -> k continuations of each prompt; (problems, completions) -> passed, per row.

@@ -76,18 +76,16 @@ def code_steps(completion: str) -> list[Step]:
 
 
 def or_debug_steps(completion: str) -> list[Step]:
-    from ..tags import tagged_spans
+    from ..tags import answer_body_span
     from ..tasks.or_debug.answer import is_conflict_line, parse_answer
     from ..tasks.or_debug.model import ModelError
 
+    span = answer_body_span(completion)  # where parse_answer reads
     try:
         parse_answer(completion)  # the same reading the labels and the verdict make
     except ModelError:
         return []
-    # where answer_body's text lies: the last closed span, or before a lone closing tag
-    spans = tagged_spans(completion, ANSWER_OPEN, ANSWER_CLOSE)
-    start = spans[-1][0] + len(ANSWER_OPEN) if spans else 0
-    end = spans[-1][1] - len(ANSWER_CLOSE) if spans else completion.find(ANSWER_CLOSE)
+    start, end = span or (0, 0)
     steps: list[Step] = []
     pos = start
     for line in completion[start:end].splitlines(keepends=True):
@@ -99,20 +97,22 @@ def or_debug_steps(completion: str) -> list[Step]:
     return steps
 
 
+# the tasks with a segmentation of their own; every code task is split by code_steps
+SEGMENTATIONS = {"countdown": countdown_steps, "or_debug": or_debug_steps}
+
+
 def has_steps(task: str) -> bool:
     """Whether completions of `task` can be split into steps."""
     from ..tasks import get_task
     from ..tasks.base import CodeTask
 
-    return task in ("countdown", "or_debug") or isinstance(get_task(task), CodeTask)
+    return task in SEGMENTATIONS or isinstance(get_task(task), CodeTask)
 
 
 def split_steps(problem: Problem, completion: str) -> list[Step]:
     """The completion's steps, by its problem's task; UserError for a task without a segmentation."""
-    if problem.task == "countdown":
-        return countdown_steps(completion)
-    if problem.task == "or_debug":
-        return or_debug_steps(completion)
+    if problem.task in SEGMENTATIONS:
+        return SEGMENTATIONS[problem.task](completion)
     if has_steps(problem.task):
         return code_steps(completion)
     raise UserError(
